@@ -1,0 +1,236 @@
+"""Resources: the named, versioned things an agent uses and an algorithm improves.
+
+An algorithm publishes a set of resources (``{"main_llm": LLM(...), "system": PromptTemplate(...)}``)
+as one :class:`ResourcesUpdate`; the store gives it an id and the next version number. Runners
+fetch the set a rollout names (or the latest) and hand its members to the agent.
+
+Each resource class has a ``type`` tag. :func:`register_resource_type` adds a class to the
+registry so a plugin's resources round-trip through any store by that tag. A store that meets a
+tag it does not know (a server without the plugin installed) keeps the resource as a
+:class:`GenericResource`, with every field intact, instead of refusing or dropping it.
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+)
+
+from agl.errors import InvalidInputError, TemplateFormatError
+
+__all__ = [
+    "LLM",
+    "GenericResource",
+    "PromptTemplate",
+    "Resource",
+    "ResourcesUpdate",
+    "register_resource_type",
+    "resource_types",
+]
+
+
+class Resource(BaseModel):
+    """Base class of every resource. Subclasses set a unique ``type`` literal."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    type: str
+
+
+_REGISTRY: dict[str, type[Resource]] = {}
+R = TypeVar("R", bound=type[Resource])
+
+
+def register_resource_type(cls: R) -> R:
+    """Register a resource class under its ``type`` tag (usable as a class decorator).
+
+    Raises:
+        InvalidInputError: the class has no literal default for ``type``, or another class
+            already holds the tag.
+    """
+    tag = cls.model_fields["type"].default
+    if not isinstance(tag, str) or not tag:
+        raise InvalidInputError(
+            f"{cls.__qualname__} needs a string default for its 'type' field to be registered",
+            field="type",
+            value=tag,
+        )
+    existing = _REGISTRY.get(tag)
+    if existing is not None and existing is not cls:
+        raise InvalidInputError(
+            f"resource type {tag!r} is already registered by {existing.__qualname__}",
+            field="type",
+            value=tag,
+        )
+    _REGISTRY[tag] = cls
+    return cls
+
+
+def resource_types() -> dict[str, type[Resource]]:
+    """Return a copy of the registry: resource type tag → class."""
+    return dict(_REGISTRY)
+
+
+class GenericResource(Resource):
+    """A resource of a type this process has not registered, kept with all its fields."""
+
+    model_config = ConfigDict(defer_build=True, extra="allow")
+
+
+@register_resource_type
+class LLM(Resource):
+    """An OpenAI-compatible model endpoint an agent calls.
+
+    Attributes:
+        endpoint: The base URL to give an OpenAI client (``.../v1``).
+        model: The model name to ask for.
+        sampling_parameters: Defaults for the request (``temperature``, ``top_p``, ...).
+    """
+
+    type: Literal["llm"] = "llm"
+    endpoint: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    sampling_parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+@register_resource_type
+class PromptTemplate(Resource):
+    """A prompt with placeholders, filled in with :meth:`format`.
+
+    Two engines: ``"f-string"`` (Python ``str.format`` syntax: ``"Answer {question}"``) and
+    ``"jinja2"`` (``"Answer {{ question }}"``, rendered in a sandbox with undefined variables
+    as errors, since templates may be written by an optimizer model).
+    """
+
+    type: Literal["prompt_template"] = "prompt_template"
+    template: str
+    engine: Literal["f-string", "jinja2"] = "f-string"
+
+    _jinja_environment: ClassVar[Any] = None
+
+    def format(self, **variables: Any) -> str:
+        """Return the template filled in with ``variables``.
+
+        Raises:
+            TemplateFormatError: a placeholder has no value, or the template is malformed.
+        """
+        if self.engine == "f-string":
+            return self._format_fstring(variables)
+        return self._format_jinja2(variables)
+
+    def variables(self) -> set[str]:
+        """Return the top-level placeholder names the template uses."""
+        if self.engine == "f-string":
+            try:
+                parsed = list(string.Formatter().parse(self.template))
+            except ValueError as exc:
+                raise TemplateFormatError(
+                    f"malformed f-string template: {exc}", field="template", value=self.template
+                ) from exc
+            names = set()
+            for _, field_name, _, _ in parsed:
+                if field_name:
+                    names.add(field_name.split(".")[0].split("[")[0])
+            return names
+        from jinja2 import meta
+
+        return set(meta.find_undeclared_variables(self._jinja().parse(self.template)))
+
+    def _format_fstring(self, variables: dict[str, Any]) -> str:
+        try:
+            return self.template.format(**variables)
+        except KeyError as exc:
+            name = exc.args[0]
+            raise TemplateFormatError(
+                f"prompt template needs a value for {name!r}; got {sorted(variables)}",
+                field=str(name),
+            ) from exc
+        except (IndexError, ValueError) as exc:
+            raise TemplateFormatError(
+                f"cannot format f-string template: {exc}", field="template", value=self.template
+            ) from exc
+
+    def _format_jinja2(self, variables: dict[str, Any]) -> str:
+        import jinja2
+
+        try:
+            return str(self._jinja().from_string(self.template).render(**variables))
+        except jinja2.UndefinedError as exc:
+            raise TemplateFormatError(
+                f"prompt template uses an undefined variable ({exc.message}); "
+                f"got {sorted(variables)}",
+                field="template",
+            ) from exc
+        except jinja2.TemplateError as exc:
+            raise TemplateFormatError(
+                f"cannot render jinja2 template: {exc}", field="template", value=self.template
+            ) from exc
+
+    @classmethod
+    def _jinja(cls) -> Any:
+        if cls._jinja_environment is None:
+            from jinja2 import StrictUndefined
+            from jinja2.sandbox import SandboxedEnvironment
+
+            cls._jinja_environment = SandboxedEnvironment(
+                undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+            )
+        return cls._jinja_environment
+
+
+def parse_resource(data: Any) -> Resource:
+    """Validate ``data`` into the registered class its ``type`` names.
+
+    A model instance passes through unchanged; an unknown tag becomes a :class:`GenericResource`.
+    """
+    if isinstance(data, Resource):
+        return data
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ValueError("a resource must be an object with a string 'type' field")
+    cls = _REGISTRY.get(data["type"], GenericResource)
+    return cls.model_validate(data)
+
+
+class ResourcesUpdate(BaseModel):
+    """One published set of resources, as the store holds it.
+
+    Attributes:
+        resources_id: The set's id (the store picks one if the publisher did not).
+        version: 1 for the first set in a store, then 2, 3, ... in publishing order.
+        create_time: When the store took it (Unix seconds).
+        resources: The members, by the name the agent asks for them.
+    """
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    resources_id: str
+    version: int = Field(ge=1)
+    create_time: float = Field(default_factory=time.time)
+    resources: dict[str, SerializeAsAny[Resource]]
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _parse_members(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        parsed: dict[str, Resource] = {}
+        for name, item in value.items():
+            try:
+                parsed[name] = parse_resource(item)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"resource {name!r}: {where}: {first['msg']}") from None
+            except ValueError as exc:
+                raise ValueError(f"resource {name!r}: {exc}") from None
+        return parsed

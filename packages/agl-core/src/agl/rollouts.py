@@ -1,0 +1,223 @@
+"""Rollouts, attempts and workers, and the state machine that moves them.
+
+A **rollout** is one task for the agent to run (an input plus how to run it). Each try at it
+is an **attempt**: a runner claims the rollout from the store, which creates a new attempt, and
+reports the attempt's progress. A rollout's status follows its latest attempt.
+
+Attempt statuses::
+
+    preparing ──► running ──► succeeded
+        │            │
+        └────────────┴──────► failed | timeout | unresponsive | cancelled
+
+``preparing`` is where a claimed attempt starts; the runner moves it to ``running``. The five
+statuses on the right are final: once there, an attempt never changes again, and a late report
+for it (a result from a runner the store already gave up on) is refused with a
+:class:`~agl.errors.ConflictError`. The store itself sets ``timeout`` (the attempt ran longer
+than ``RolloutConfig.timeout_seconds``) and ``unresponsive`` (no heartbeat for
+``RolloutConfig.unresponsive_seconds``).
+
+Rollout statuses::
+
+    queuing ──► preparing ──► running ──► succeeded
+       ▲            │            │
+       │            └─────┬──────┘
+       │                  ▼ an attempt ends failed / timeout / unresponsive
+       └── requeuing ◄── retry? (outcome in config.retry_on and attempts < max_attempts)
+                          │ no
+                          ▼
+                        failed
+
+    any non-final status ──cancel──► cancelled
+
+``queuing`` and ``requeuing`` rollouts are the ones a runner can claim. ``succeeded``,
+``failed`` and ``cancelled`` are final, so a rollout is never counted as finished twice.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+__all__ = [
+    "Attempt",
+    "AttemptStatus",
+    "Claim",
+    "Rollout",
+    "RolloutConfig",
+    "RolloutMode",
+    "RolloutPage",
+    "RolloutRequest",
+    "RolloutStatus",
+    "Worker",
+    "new_id",
+]
+
+RolloutMode = Literal["train", "val", "test"]
+
+
+class AttemptStatus(StrEnum):
+    """Where one attempt at a rollout stands. See the module docstring for the transitions."""
+
+    PREPARING = "preparing"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    UNRESPONSIVE = "unresponsive"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """True for statuses an attempt never leaves."""
+        return self not in (AttemptStatus.PREPARING, AttemptStatus.RUNNING)
+
+
+class RolloutStatus(StrEnum):
+    """Where a rollout stands. See the module docstring for the transitions."""
+
+    QUEUING = "queuing"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    REQUEUING = "requeuing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """True for statuses a rollout never leaves."""
+        return self in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED)
+
+    @property
+    def is_claimable(self) -> bool:
+        """True for statuses from which a runner may claim the rollout."""
+        return self in (RolloutStatus.QUEUING, RolloutStatus.REQUEUING)
+
+
+RETRYABLE_OUTCOMES = frozenset(
+    {AttemptStatus.FAILED, AttemptStatus.TIMEOUT, AttemptStatus.UNRESPONSIVE}
+)
+
+
+class RolloutConfig(BaseModel):
+    """How the store runs a rollout: time limits and retries."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="An attempt running longer than this is timed out."
+    )
+    unresponsive_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="An attempt with no heartbeat for this long is marked unresponsive.",
+    )
+    max_attempts: int = Field(default=1, ge=1, description="Tries in all, the first included.")
+    retry_on: frozenset[AttemptStatus] = Field(
+        default=RETRYABLE_OUTCOMES,
+        description="Attempt outcomes that lead to another attempt while tries are left.",
+    )
+
+    @field_validator("retry_on")
+    @classmethod
+    def _only_failures_retry(cls, value: frozenset[AttemptStatus]) -> frozenset[AttemptStatus]:
+        wrong = sorted(status.value for status in value - RETRYABLE_OUTCOMES)
+        if wrong:
+            raise ValueError(
+                f"cannot retry on {wrong}; expected a subset of "
+                f"{sorted(status.value for status in RETRYABLE_OUTCOMES)}"
+            )
+        return value
+
+
+class RolloutRequest(BaseModel):
+    """What to enqueue: one task for the agent.
+
+    Give ``rollout_id`` to make the enqueue idempotent: enqueueing an id the store already holds
+    returns the stored rollout and changes nothing, so a retried request never runs a task twice.
+    """
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    input: JsonValue
+    mode: RolloutMode = "train"
+    config: RolloutConfig = Field(default_factory=RolloutConfig)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    resources_id: str | None = None
+    rollout_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class Rollout(BaseModel):
+    """A task in the store and where it stands. Times are Unix seconds."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    rollout_id: str
+    input: JsonValue
+    mode: RolloutMode = "train"
+    config: RolloutConfig = Field(default_factory=RolloutConfig)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    resources_id: str | None = None
+    status: RolloutStatus = RolloutStatus.QUEUING
+    enqueue_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    num_attempts: int = 0
+    latest_attempt_id: str | None = None
+
+
+class Attempt(BaseModel):
+    """One try at a rollout, created when a runner claims it. Times are Unix seconds."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    rollout_id: str
+    attempt_id: str
+    sequence: int = Field(ge=1, description="1 for the first try, 2 for the first retry, ...")
+    status: AttemptStatus = AttemptStatus.PREPARING
+    worker_id: str | None = None
+    start_time: float
+    last_heartbeat_time: float | None = None
+    end_time: float | None = None
+    reason: str | None = Field(default=None, description="Why the attempt ended as it did.")
+
+
+class Claim(BaseModel):
+    """A rollout a runner has claimed, with the attempt the claim created."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    rollout: Rollout
+    attempt: Attempt
+
+
+class RolloutPage(BaseModel):
+    """One page of a rollout query, in enqueue order."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    rollouts: list[Rollout]
+    total: int = Field(description="How many rollouts match the query in all.")
+    offset: int
+    next_offset: int | None = Field(description="The offset of the next page, None at the end.")
+
+
+class Worker(BaseModel):
+    """A runner the store has heard from. Times are Unix seconds."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    worker_id: str
+    first_seen_time: float
+    last_seen_time: float
+    last_dequeue_time: float | None = None
+    num_claimed: int = 0
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh id such as ``ro-3f2a9c0d1e5b7a44`` (64 random bits)."""
+    return f"{prefix}-{os.urandom(8).hex()}"

@@ -1,0 +1,405 @@
+"""The store's rules, written once for every stateful backend.
+
+Each function here is one store operation over a :class:`~agl.store._tx.Transaction`. They
+validate everything before writing anything, so an operation that raises leaves the store as it
+was (the memory backend relies on this; SQLite also rolls back its savepoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agl.errors import ConflictError, InvalidInputError, NotFoundError
+from agl.resources import Resource, ResourcesUpdate
+from agl.rollouts import (
+    Attempt,
+    AttemptStatus,
+    Claim,
+    Rollout,
+    RolloutMode,
+    RolloutPage,
+    RolloutRequest,
+    RolloutStatus,
+    Worker,
+    new_id,
+)
+from agl.spans import Span
+from agl.store._tx import SpanKey, Transaction
+
+MAX_PAGE_SIZE = 10_000
+
+
+def enqueue(tx: Transaction, requests: Sequence[RolloutRequest], now: float) -> list[Rollout]:
+    """Create a queued rollout per request; a known ``rollout_id`` returns the stored one."""
+    for index, request in enumerate(requests):
+        if request.resources_id is not None and tx.resources_get(request.resources_id) is None:
+            raise NotFoundError(
+                f"requests[{index}] names resources {request.resources_id!r}, "
+                "which the store does not hold; publish them with add_resources first",
+                field=f"requests[{index}].resources_id",
+                value=request.resources_id,
+            )
+    created: dict[str, Rollout] = {}
+    result = []
+    for request in requests:
+        if request.rollout_id is not None:
+            existing = created.get(request.rollout_id) or tx.rollout_get(request.rollout_id)
+            if existing is not None:
+                result.append(existing)
+                continue
+        rollout = Rollout(
+            rollout_id=request.rollout_id or new_id("ro"),
+            input=request.input,
+            mode=request.mode,
+            config=request.config,
+            metadata=request.metadata,
+            resources_id=request.resources_id,
+            status=RolloutStatus.QUEUING,
+            enqueue_time=now,
+        )
+        tx.rollout_insert(rollout)
+        created[rollout.rollout_id] = rollout
+        result.append(rollout)
+    return result
+
+
+def dequeue(tx: Transaction, limit: int, worker_id: str | None, now: float) -> list[Claim]:
+    """Claim up to ``limit`` waiting rollouts, creating a new attempt for each."""
+    if limit < 1:
+        raise InvalidInputError(f"limit must be at least 1, got {limit}", field="limit", value=limit)
+    claims = []
+    for rollout in tx.rollouts_claimable(limit):
+        attempt = Attempt(
+            rollout_id=rollout.rollout_id,
+            attempt_id=new_id("at"),
+            sequence=rollout.num_attempts + 1,
+            status=AttemptStatus.PREPARING,
+            worker_id=worker_id,
+            start_time=now,
+        )
+        rollout.status = RolloutStatus.PREPARING
+        rollout.num_attempts += 1
+        rollout.latest_attempt_id = attempt.attempt_id
+        if rollout.start_time is None:
+            rollout.start_time = now
+        tx.attempt_upsert(attempt, _deadline(rollout, attempt))
+        tx.rollout_update(rollout)
+        claims.append(Claim(rollout=rollout, attempt=attempt))
+    if worker_id is not None:
+        worker = tx.worker_get(worker_id) or Worker(
+            worker_id=worker_id, first_seen_time=now, last_seen_time=now
+        )
+        worker.last_seen_time = now
+        worker.last_dequeue_time = now
+        worker.num_claimed += len(claims)
+        tx.worker_upsert(worker)
+    return claims
+
+
+def update_attempt(
+    tx: Transaction,
+    rollout_id: str,
+    attempt_id: str,
+    *,
+    status: AttemptStatus | None,
+    reason: str | None,
+    now: float,
+) -> Attempt:
+    """Record a runner's report on an attempt: a heartbeat, a new status, or both.
+
+    Every report counts as a heartbeat. A report on an attempt in a final status is refused
+    with ConflictError: the store has moved on (timed it out, retried it, cancelled it).
+    """
+    rollout, attempt = _get_attempt(tx, rollout_id, attempt_id)
+    if attempt.status.is_final:
+        raise ConflictError(
+            f"attempt {attempt_id!r} of rollout {rollout_id!r} already ended as "
+            f"{attempt.status.value!r}"
+            + (f" ({attempt.reason})" if attempt.reason else "")
+            + "; its result is not recorded",
+            field="attempt_id",
+            value=attempt_id,
+        )
+    if status == AttemptStatus.PREPARING and attempt.status == AttemptStatus.RUNNING:
+        raise ConflictError(
+            f"attempt {attempt_id!r} is running and cannot go back to 'preparing'",
+            field="status",
+            value=status.value,
+        )
+    attempt.last_heartbeat_time = now
+    if reason is not None:
+        attempt.reason = reason
+    if status is None or status == attempt.status:
+        tx.attempt_upsert(attempt, _deadline(rollout, attempt))
+        if attempt.worker_id is not None:
+            _touch_worker(tx, attempt.worker_id, now)
+        return attempt
+    _move_attempt(tx, rollout, attempt, status, reason, now)
+    if attempt.worker_id is not None:
+        _touch_worker(tx, attempt.worker_id, now)
+    return attempt
+
+
+def cancel(tx: Transaction, rollout_id: str, now: float) -> Rollout:
+    """Cancel a rollout that has not finished; a finished one is returned unchanged."""
+    rollout = get_rollout(tx, rollout_id)
+    if rollout.status.is_final:
+        return rollout
+    if rollout.latest_attempt_id is not None:
+        attempt = tx.attempt_get(rollout_id, rollout.latest_attempt_id)
+        if attempt is not None and not attempt.status.is_final:
+            _move_attempt(tx, rollout, attempt, AttemptStatus.CANCELLED, "cancelled", now)
+            return rollout
+    rollout.status = RolloutStatus.CANCELLED
+    rollout.end_time = now
+    tx.rollout_update(rollout)
+    return rollout
+
+
+def sweep(tx: Transaction, now: float) -> int:
+    """End the attempts that ran past their timeout or stopped sending heartbeats."""
+    swept = 0
+    for attempt in tx.attempts_due(now):
+        rollout = tx.rollout_get(attempt.rollout_id)
+        if rollout is None or attempt.status.is_final:
+            continue
+        config = rollout.config
+        if config.timeout_seconds is not None and now - attempt.start_time >= config.timeout_seconds:
+            status = AttemptStatus.TIMEOUT
+            reason = f"ran longer than timeout_seconds={config.timeout_seconds:g}"
+        elif config.unresponsive_seconds is not None:
+            status = AttemptStatus.UNRESPONSIVE
+            reason = f"no heartbeat for unresponsive_seconds={config.unresponsive_seconds:g}"
+        else:  # pragma: no cover - a deadline always comes from one of the two limits
+            continue
+        _move_attempt(tx, rollout, attempt, status, reason, now)
+        swept += 1
+    return swept
+
+
+def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
+    """Store spans, assigning sequence ids; spans already stored keep theirs.
+
+    The whole batch is checked first; one span naming an unknown rollout or attempt rejects
+    the batch, naming its index.
+    """
+    rollouts: dict[str, Rollout] = {}
+    attempts: dict[tuple[str, str], Attempt] = {}
+    for index, span in enumerate(spans):
+        if span.rollout_id not in rollouts:
+            rollout = tx.rollout_get(span.rollout_id)
+            if rollout is None:
+                raise NotFoundError(
+                    f"spans[{index}] names rollout {span.rollout_id!r}, which the store does "
+                    "not hold",
+                    field=f"spans[{index}].rollout_id",
+                    value=span.rollout_id,
+                )
+            rollouts[span.rollout_id] = rollout
+        key = (span.rollout_id, span.attempt_id)
+        if key not in attempts:
+            attempt = tx.attempt_get(*key)
+            if attempt is None:
+                raise NotFoundError(
+                    f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
+                    f"{span.rollout_id!r} does not have",
+                    field=f"spans[{index}].attempt_id",
+                    value=span.attempt_id,
+                )
+            attempts[key] = attempt
+
+    keys: list[SpanKey] = [
+        (span.rollout_id, span.attempt_id, span.trace_id, span.span_id) for span in spans
+    ]
+    known = tx.spans_existing(keys)
+    fresh: dict[SpanKey, Span] = {}
+    for key, span in zip(keys, spans, strict=True):
+        if key not in known and key not in fresh:
+            fresh[key] = span
+    per_rollout: dict[str, int] = {}
+    for key in fresh:
+        per_rollout[key[0]] = per_rollout.get(key[0], 0) + 1
+    next_id = {rid: tx.spans_reserve(rid, count) for rid, count in per_rollout.items()}
+    to_insert = []
+    for key, span in fresh.items():
+        sequence_id = next_id[key[0]]
+        next_id[key[0]] = sequence_id + 1
+        known[key] = sequence_id
+        to_insert.append(span.model_copy(update={"sequence_id": sequence_id}))
+    if to_insert:
+        tx.spans_insert(to_insert)
+    for (rollout_id, _), attempt in attempts.items():
+        # Spans from a live attempt show it is alive.
+        if not attempt.status.is_final:
+            attempt.last_heartbeat_time = now
+            tx.attempt_upsert(attempt, _deadline(rollouts[rollout_id], attempt))
+    return [
+        span if span.sequence_id == known[key] else span.model_copy(update={"sequence_id": known[key]})
+        for key, span in zip(keys, spans, strict=True)
+    ]
+
+
+def query_spans(tx: Transaction, rollout_id: str, attempt_id: str | None) -> list[Span]:
+    """Return a rollout's spans (of one attempt, or all) in sequence order."""
+    if attempt_id is not None:
+        _get_attempt(tx, rollout_id, attempt_id)
+    else:
+        get_rollout(tx, rollout_id)
+    return tx.spans_query(rollout_id, attempt_id)
+
+
+def get_rollout(tx: Transaction, rollout_id: str) -> Rollout:
+    """Return a rollout or raise NotFoundError."""
+    rollout = tx.rollout_get(rollout_id)
+    if rollout is None:
+        raise NotFoundError(
+            f"rollout {rollout_id!r} is not in the store", field="rollout_id", value=rollout_id
+        )
+    return rollout
+
+
+def get_rollouts(tx: Transaction, rollout_ids: Sequence[str]) -> list[Rollout]:
+    """Return the named rollouts in the given order; any unknown id raises NotFoundError."""
+    result = []
+    for index, rollout_id in enumerate(rollout_ids):
+        rollout = tx.rollout_get(rollout_id)
+        if rollout is None:
+            raise NotFoundError(
+                f"rollout_ids[{index}] = {rollout_id!r} is not in the store",
+                field=f"rollout_ids[{index}]",
+                value=rollout_id,
+            )
+        result.append(rollout)
+    return result
+
+
+def query_rollouts(
+    tx: Transaction,
+    statuses: Sequence[RolloutStatus] | None,
+    mode: RolloutMode | None,
+    limit: int,
+    offset: int,
+) -> RolloutPage:
+    """Return one page of rollouts in enqueue order."""
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInputError(
+            f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}", field="limit", value=limit
+        )
+    if offset < 0:
+        raise InvalidInputError(f"offset must be >= 0, got {offset}", field="offset", value=offset)
+    rollouts, total = tx.rollouts_query(statuses, mode, limit, offset)
+    end = offset + len(rollouts)
+    return RolloutPage(
+        rollouts=rollouts, total=total, offset=offset, next_offset=end if end < total else None
+    )
+
+
+def query_attempts(tx: Transaction, rollout_id: str) -> list[Attempt]:
+    """Return a rollout's attempts, first to latest."""
+    get_rollout(tx, rollout_id)
+    return sorted(tx.attempts_of(rollout_id), key=lambda attempt: attempt.sequence)
+
+
+def add_resources(
+    tx: Transaction, resources: dict[str, Resource], resources_id: str | None, now: float
+) -> ResourcesUpdate:
+    """Publish a set of resources as the next version; a known id returns the stored set."""
+    if resources_id is not None:
+        existing = tx.resources_get(resources_id)
+        if existing is not None:
+            return existing
+    latest = tx.resources_latest()
+    update = ResourcesUpdate(
+        resources_id=resources_id or new_id("rs"),
+        version=1 if latest is None else latest.version + 1,
+        create_time=now,
+        resources=resources,
+    )
+    tx.resources_insert(update)
+    return update
+
+
+def get_resources(tx: Transaction, resources_id: str | None) -> ResourcesUpdate | None:
+    """Return the named set, or the latest (None if nothing was published)."""
+    if resources_id is None:
+        return tx.resources_latest()
+    update = tx.resources_get(resources_id)
+    if update is None:
+        raise NotFoundError(
+            f"resources {resources_id!r} are not in the store",
+            field="resources_id",
+            value=resources_id,
+        )
+    return update
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _get_attempt(tx: Transaction, rollout_id: str, attempt_id: str) -> tuple[Rollout, Attempt]:
+    rollout = get_rollout(tx, rollout_id)
+    attempt = tx.attempt_get(rollout_id, attempt_id)
+    if attempt is None:
+        raise NotFoundError(
+            f"rollout {rollout_id!r} has no attempt {attempt_id!r}",
+            field="attempt_id",
+            value=attempt_id,
+        )
+    return rollout, attempt
+
+
+def _move_attempt(
+    tx: Transaction,
+    rollout: Rollout,
+    attempt: Attempt,
+    status: AttemptStatus,
+    reason: str | None,
+    now: float,
+) -> None:
+    """Move a live attempt to ``status`` and its rollout along with it (see the state machine)."""
+    attempt.status = status
+    if reason is not None:
+        attempt.reason = reason
+    if status.is_final:
+        attempt.end_time = now
+    tx.attempt_upsert(attempt, _deadline(rollout, attempt))
+    if rollout.latest_attempt_id != attempt.attempt_id or rollout.status.is_final:
+        return  # only the latest attempt of a live rollout moves the rollout
+    if status == AttemptStatus.PREPARING:
+        rollout.status = RolloutStatus.PREPARING
+    elif status == AttemptStatus.RUNNING:
+        rollout.status = RolloutStatus.RUNNING
+    elif status == AttemptStatus.SUCCEEDED:
+        rollout.status = RolloutStatus.SUCCEEDED
+        rollout.end_time = now
+    elif status == AttemptStatus.CANCELLED:
+        rollout.status = RolloutStatus.CANCELLED
+        rollout.end_time = now
+    elif status in rollout.config.retry_on and rollout.num_attempts < rollout.config.max_attempts:
+        rollout.status = RolloutStatus.REQUEUING
+    else:
+        rollout.status = RolloutStatus.FAILED
+        rollout.end_time = now
+    tx.rollout_update(rollout)
+
+
+def _deadline(rollout: Rollout, attempt: Attempt) -> float | None:
+    """When the store must next check a live attempt, or None if it never has to."""
+    if attempt.status.is_final:
+        return None
+    config = rollout.config
+    candidates = []
+    if config.timeout_seconds is not None:
+        candidates.append(attempt.start_time + config.timeout_seconds)
+    if config.unresponsive_seconds is not None:
+        last = attempt.last_heartbeat_time or attempt.start_time
+        candidates.append(last + config.unresponsive_seconds)
+    return min(candidates) if candidates else None
+
+
+def _touch_worker(tx: Transaction, worker_id: str, now: float) -> None:
+    worker = tx.worker_get(worker_id) or Worker(
+        worker_id=worker_id, first_seen_time=now, last_seen_time=now
+    )
+    worker.last_seen_time = now
+    tx.worker_upsert(worker)

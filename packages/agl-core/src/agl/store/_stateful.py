@@ -1,0 +1,304 @@
+"""The async store facade shared by the backends that keep state themselves.
+
+A subclass provides :meth:`StatefulStore._run`: run a function over a
+:class:`~agl.store._tx.Transaction`, atomically. This class turns the engine's operations into
+the async :class:`~agl.store.base.Store` API and implements long polling: waiters sleep on a
+:class:`_Notifier` that every state change wakes, and re-check at least every
+``poll_interval`` seconds so deadlines (timeouts, lost heartbeats) and writes made by other
+processes are noticed too.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Self, TypeVar
+
+from agl.errors import InvalidInputError
+from agl.resources import Resource, ResourcesUpdate
+from agl.rollouts import (
+    Attempt,
+    AttemptStatus,
+    Claim,
+    Rollout,
+    RolloutMode,
+    RolloutPage,
+    RolloutRequest,
+    RolloutStatus,
+    Worker,
+)
+from agl.spans import Span
+from agl.store import _engine as engine
+from agl.store._tx import Transaction
+from agl.store.base import StoreStatistics
+
+T = TypeVar("T")
+
+MAX_WAIT_SECONDS = 3600.0
+
+
+class _Notifier:
+    """Wakes coroutines waiting for a state change, from any thread and any event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+
+    async def wait(self, timeout: float) -> None:
+        """Return on the next :meth:`notify_all` or after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (loop, future)
+        with self._lock:
+            self._waiters.add(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(entry)
+
+    def notify_all(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # that loop is closed; its waiter is gone
+                pass
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class StatefulStore(abc.ABC):
+    """The :class:`~agl.store.base.Store` API over the engine, for memory and SQLite."""
+
+    def __init__(self, url: str, *, poll_interval: float = 0.25) -> None:
+        self._url = url
+        self._poll_interval = poll_interval
+        self._notifier = _Notifier()
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @abc.abstractmethod
+    async def _run(self, operation: Callable[[Transaction], T]) -> T:
+        """Run ``operation`` in one transaction and return its result once it is durable."""
+
+    # --- rollouts ---------------------------------------------------------------------------
+
+    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        requests = _as_list(requests, "requests", RolloutRequest)
+        now = time.time()
+        result = await self._run(lambda tx: engine.enqueue(tx, requests, now))
+        self._notifier.notify_all()
+        return result
+
+    async def dequeue_rollouts(
+        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+    ) -> list[Claim]:
+        _check_wait(wait, "wait")
+
+        def attempt(tx: Transaction) -> list[Claim]:
+            now = time.time()
+            engine.sweep(tx, now)
+            return engine.dequeue(tx, limit, worker_id, now)
+
+        deadline = time.monotonic() + wait
+        while True:
+            claims = await self._run(attempt)
+            if claims:
+                self._notifier.notify_all()
+                return claims
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            await self._notifier.wait(min(remaining, self._poll_interval))
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        return await self._read(lambda tx: engine.get_rollout(tx, rollout_id))
+
+    async def query_rollouts(
+        self,
+        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
+        mode: RolloutMode | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> RolloutPage:
+        statuses = [status] if isinstance(status, str) else status
+        if statuses is not None:
+            statuses = [_as_status(value, index) for index, value in enumerate(statuses)]
+        return await self._read(lambda tx: engine.query_rollouts(tx, statuses, mode, limit, offset))
+
+    async def query_attempts(self, rollout_id: str) -> list[Attempt]:
+        return await self._read(lambda tx: engine.query_attempts(tx, rollout_id))
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus | None = None,
+        heartbeat: bool = True,
+        reason: str | None = None,
+    ) -> Attempt:
+        if status is not None:
+            status = AttemptStatus(status)
+
+        def update(tx: Transaction) -> Attempt:
+            now = time.time()
+            engine.sweep(tx, now)
+            return engine.update_attempt(
+                tx, rollout_id, attempt_id, status=status, reason=reason, now=now
+            )
+
+        result = await self._run(update)
+        self._notifier.notify_all()
+        return result
+
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        result = await self._run(lambda tx: engine.cancel(tx, rollout_id, time.time()))
+        self._notifier.notify_all()
+        return result
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], timeout: float
+    ) -> list[Rollout]:
+        _check_wait(timeout, "timeout")
+        ids = _as_list(rollout_ids, "rollout_ids", str)
+        deadline = time.monotonic() + timeout
+        while True:
+            rollouts = await self._read(lambda tx: engine.get_rollouts(tx, ids))
+            finished = [rollout for rollout in rollouts if rollout.status.is_final]
+            remaining = deadline - time.monotonic()
+            if len(finished) == len(rollouts) or remaining <= 0:
+                return finished
+            await self._notifier.wait(min(remaining, self._poll_interval))
+
+    # --- spans ------------------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        spans = _as_list(spans, "spans", Span)
+        if not spans:
+            return []
+        return await self._run(lambda tx: engine.add_spans(tx, spans, time.time()))
+
+    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
+        return await self._run(lambda tx: engine.query_spans(tx, rollout_id, attempt_id))
+
+    # --- resources and workers --------------------------------------------------------------
+
+    async def add_resources(
+        self, resources: Mapping[str, Resource], resources_id: str | None = None
+    ) -> ResourcesUpdate:
+        if not isinstance(resources, Mapping):
+            raise InvalidInputError(
+                f"resources must be a mapping of name to Resource, got {type(resources).__name__}",
+                field="resources",
+            )
+        members = dict(resources)
+        for name, member in members.items():
+            if not isinstance(member, Resource):
+                raise InvalidInputError(
+                    f"resources[{name!r}] must be a Resource, got {type(member).__name__}",
+                    field=f"resources.{name}",
+                )
+        return await self._run(
+            lambda tx: engine.add_resources(tx, members, resources_id, time.time())
+        )
+
+    async def get_resources(self, resources_id: str | None = None) -> ResourcesUpdate | None:
+        return await self._run(lambda tx: engine.get_resources(tx, resources_id))
+
+    async def query_workers(self) -> list[Worker]:
+        return await self._run(lambda tx: tx.workers_all())
+
+    async def statistics(self) -> StoreStatistics:
+        counts = await self._read(lambda tx: tx.counts())
+        by_status = {status: counts.get(f"rollouts.{status.value}", 0) for status in RolloutStatus}
+        return StoreStatistics(
+            rollouts=sum(by_status.values()),
+            rollouts_by_status=by_status,
+            attempts=counts.get("attempts", 0),
+            spans=counts.get("spans", 0),
+            resources=counts.get("resources", 0),
+            workers=counts.get("workers", 0),
+        )
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _read(self, operation: Callable[[Transaction], T]) -> T:
+        """Run a read after ending any attempts past their deadline, so reads see them."""
+        swept = 0
+
+        def read(tx: Transaction) -> T:
+            nonlocal swept
+            swept = engine.sweep(tx, time.time())
+            return operation(tx)
+
+        result = await self._run(read)
+        if swept:
+            self._notifier.notify_all()
+        return result
+
+
+def _as_list(values: object, field: str, item_type: type[T]) -> list[T]:
+    """Check a batch argument: a sequence whose items all have the expected type."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise InvalidInputError(
+            f"{field} must be a list of {item_type.__name__}, got {type(values).__name__}",
+            field=field,
+        )
+    items = list(values)
+    for index, item in enumerate(items):
+        if not isinstance(item, item_type):
+            raise InvalidInputError(
+                f"{field}[{index}] must be a {item_type.__name__}, got {type(item).__name__}",
+                field=f"{field}[{index}]",
+            )
+    return items
+
+
+def _as_status(value: object, index: int) -> RolloutStatus:
+    try:
+        return RolloutStatus(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"status[{index}] = {value!r} is not a rollout status; expected one of "
+            f"{[status.value for status in RolloutStatus]}",
+            field=f"status[{index}]",
+            value=value,
+        ) from None
+
+
+def _check_wait(value: float, field: str) -> None:
+    if not isinstance(value, int | float) or not 0 <= value <= MAX_WAIT_SECONDS:
+        raise InvalidInputError(
+            f"{field} must be a number of seconds between 0 and {MAX_WAIT_SECONDS:g}, "
+            f"got {value!r}",
+            field=field,
+            value=value,
+        )

@@ -1,0 +1,80 @@
+"""The storage primitives a stateful backend provides to the shared store engine.
+
+The rules of the store (the rollout state machine, retries, sequence numbers, idempotency,
+validation) live once, in :mod:`agl.store._engine`. A backend that keeps state itself (memory,
+SQLite) only implements this small protocol of reads and writes, called inside one transaction
+per store operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from agl.resources import ResourcesUpdate
+from agl.rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl.spans import Span
+
+SpanKey = tuple[str, str, str, str]
+"""(rollout_id, attempt_id, trace_id, span_id): what makes a span unique in a store."""
+
+
+class Transaction(Protocol):
+    """Reads and writes of one store operation; all or nothing."""
+
+    # rollouts
+    def rollout_get(self, rollout_id: str) -> Rollout | None: ...
+    def rollout_insert(self, rollout: Rollout) -> None: ...
+    def rollout_update(self, rollout: Rollout) -> None: ...
+    def rollouts_claimable(self, limit: int) -> list[Rollout]:
+        """Return up to ``limit`` claimable rollouts, longest-waiting first."""
+        ...
+
+    def rollouts_query(
+        self,
+        statuses: Sequence[RolloutStatus] | None,
+        mode: RolloutMode | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Rollout], int]:
+        """Return one page of matching rollouts in enqueue order, and the total count."""
+        ...
+
+    # attempts
+    def attempt_get(self, rollout_id: str, attempt_id: str) -> Attempt | None: ...
+    def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
+        """Write an attempt; ``deadline`` is when the store must look at it again, if ever."""
+        ...
+
+    def attempts_of(self, rollout_id: str) -> list[Attempt]: ...
+    def attempts_due(self, now: float) -> list[Attempt]:
+        """Return active attempts whose deadline is at or before ``now``."""
+        ...
+
+    # spans
+    def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
+        """Return the sequence ids of those of ``keys`` already stored."""
+        ...
+
+    def spans_reserve(self, rollout_id: str, count: int) -> int:
+        """Reserve ``count`` sequence ids for a rollout; return the first."""
+        ...
+
+    def spans_insert(self, spans: Sequence[Span]) -> None: ...
+    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]: ...
+
+    # resources
+    def resources_get(self, resources_id: str) -> ResourcesUpdate | None: ...
+    def resources_latest(self) -> ResourcesUpdate | None: ...
+    def resources_insert(self, update: ResourcesUpdate) -> None: ...
+
+    # workers
+    def worker_get(self, worker_id: str) -> Worker | None: ...
+    def worker_upsert(self, worker: Worker) -> None: ...
+    def workers_all(self) -> list[Worker]: ...
+
+    # statistics
+    def counts(self) -> dict[str, int]:
+        """Return ``rollouts.<status>`` counts and ``attempts``, ``spans``, ``resources``,
+        ``workers`` totals."""
+        ...

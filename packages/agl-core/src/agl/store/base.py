@@ -1,0 +1,179 @@
+"""The store protocol: one async API over every backend.
+
+Every backend (``memory://``, ``sqlite:///…``, ``http://…``) implements :class:`Store` and
+passes the same conformance suite (:mod:`agl.testing.store`). Open one with
+:func:`agl.open_store` and use it as an async context manager::
+
+    async with agl.open_store("sqlite:///runs/agl.db") as store:
+        [rollout] = await store.enqueue_rollouts([agl.RolloutRequest(input={"q": "2+2"})])
+        [claim] = await store.dequeue_rollouts(worker_id="runner-1", wait=5)
+        ...
+
+Calls are batched where volume lives (``add_spans``, ``enqueue_rollouts``,
+``dequeue_rollouts(limit=…)``), and waiting is a long poll inside the store
+(``dequeue_rollouts(wait=…)``, ``wait_for_rollouts``), never a client-side polling loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agl.resources import Resource, ResourcesUpdate
+from agl.rollouts import (
+    Attempt,
+    AttemptStatus,
+    Claim,
+    Rollout,
+    RolloutMode,
+    RolloutPage,
+    RolloutRequest,
+    RolloutStatus,
+    Worker,
+)
+from agl.spans import Span
+
+__all__ = ["Store", "StoreStatistics"]
+
+
+class StoreStatistics(BaseModel):
+    """Counts of what a store holds."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    rollouts: int = Field(description="Rollouts in all.")
+    rollouts_by_status: dict[RolloutStatus, int]
+    attempts: int
+    spans: int
+    resources: int = Field(description="Published resource sets.")
+    workers: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store backend does. All methods are coroutines unless noted.
+
+    Errors: :class:`~agl.errors.NotFoundError` for unknown ids,
+    :class:`~agl.errors.InvalidInputError` for bad arguments,
+    :class:`~agl.errors.ConflictError` for writes the current state forbids, and
+    :class:`~agl.errors.StoreUnavailableError` when a remote store cannot be reached.
+    """
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened with (secrets removed)."""
+        ...
+
+    async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        """Queue one rollout per request and return them, in order.
+
+        A request with a ``rollout_id`` the store already holds returns the stored rollout
+        unchanged, so a retried enqueue never queues a task twice.
+        """
+        ...
+
+    async def dequeue_rollouts(
+        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+    ) -> list[Claim]:
+        """Claim up to ``limit`` waiting rollouts, each with a new attempt.
+
+        With ``wait > 0``, waits up to that many seconds for at least one rollout to become
+        claimable (long poll) and returns as soon as one does; returns ``[]`` if none did.
+        """
+        ...
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """Return one rollout."""
+        ...
+
+    async def query_rollouts(
+        self,
+        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
+        mode: RolloutMode | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> RolloutPage:
+        """Return one page of rollouts, in enqueue order, optionally filtered by status/mode."""
+        ...
+
+    async def query_attempts(self, rollout_id: str) -> list[Attempt]:
+        """Return a rollout's attempts, first to latest."""
+        ...
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus | None = None,
+        heartbeat: bool = True,
+        reason: str | None = None,
+    ) -> Attempt:
+        """Report on an attempt: a heartbeat, a new status, or both, plus an optional reason.
+
+        Raises ConflictError when the attempt already ended (the store timed it out, retried
+        or cancelled it): a late result never overwrites a newer one.
+        """
+        ...
+
+    async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        """Cancel a rollout that has not finished (a finished one is returned unchanged)."""
+        ...
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], timeout: float
+    ) -> list[Rollout]:
+        """Wait up to ``timeout`` seconds for the rollouts to finish; return the finished ones.
+
+        Returns as soon as all have finished. The order follows ``rollout_ids``.
+        """
+        ...
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Store a batch of spans and return them with their store-assigned ``sequence_id``.
+
+        Sequence ids increase per rollout in arrival order. A span already stored (same
+        rollout, attempt, trace and span id) is not stored again and keeps its sequence id. One
+        invalid span rejects the whole batch, naming its index.
+        """
+        ...
+
+    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
+        """Return a rollout's spans (all attempts, or one) in sequence order."""
+        ...
+
+    async def add_resources(
+        self, resources: Mapping[str, Resource], resources_id: str | None = None
+    ) -> ResourcesUpdate:
+        """Publish a set of resources as the store's next version.
+
+        With a ``resources_id`` the store already holds, returns the stored set unchanged.
+        """
+        ...
+
+    async def get_resources(self, resources_id: str | None = None) -> ResourcesUpdate | None:
+        """Return a set of resources by id, or the latest (None if none was published)."""
+        ...
+
+    async def query_workers(self) -> list[Worker]:
+        """Return the runners the store has heard from."""
+        ...
+
+    async def statistics(self) -> StoreStatistics:
+        """Return counts of what the store holds."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

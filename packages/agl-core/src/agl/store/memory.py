@@ -1,0 +1,177 @@
+"""``memory://``: a store in this process's memory, for tests and single-process runs.
+
+Every operation runs under one lock, so the store is safe to share between threads and event
+loops. Objects handed out are copies: changing them does not change the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from agl.resources import ResourcesUpdate
+from agl.rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl.spans import Span
+from agl.store._stateful import StatefulStore
+from agl.store._tx import SpanKey, Transaction
+
+__all__ = ["MemoryStore"]
+
+T = TypeVar("T")
+
+
+class _MemoryTransaction:
+    """The memory backend's state; one instance lives as long as the store."""
+
+    def __init__(self) -> None:
+        self.rollouts: dict[str, Rollout] = {}
+        self.queue: dict[str, None] = {}  # claimable rollout ids, oldest first
+        self.attempts: dict[str, dict[str, Attempt]] = {}
+        self.deadlines: dict[tuple[str, str], float] = {}
+        self.spans: dict[str, list[Span]] = {}
+        self.span_index: dict[SpanKey, int] = {}
+        self.next_sequence: dict[str, int] = {}
+        self.resources: dict[str, ResourcesUpdate] = {}
+        self.latest_resources: ResourcesUpdate | None = None
+        self.workers: dict[str, Worker] = {}
+
+    # rollouts
+    def rollout_get(self, rollout_id: str) -> Rollout | None:
+        rollout = self.rollouts.get(rollout_id)
+        return None if rollout is None else rollout.model_copy(deep=True)
+
+    def rollout_insert(self, rollout: Rollout) -> None:
+        self.rollouts[rollout.rollout_id] = rollout.model_copy(deep=True)
+        self.attempts[rollout.rollout_id] = {}
+        self.spans[rollout.rollout_id] = []
+        self.next_sequence[rollout.rollout_id] = 1
+        if rollout.status.is_claimable:
+            self.queue[rollout.rollout_id] = None
+
+    def rollout_update(self, rollout: Rollout) -> None:
+        self.rollouts[rollout.rollout_id] = rollout.model_copy(deep=True)
+        if rollout.status.is_claimable:
+            self.queue.setdefault(rollout.rollout_id, None)
+        else:
+            self.queue.pop(rollout.rollout_id, None)
+
+    def rollouts_claimable(self, limit: int) -> list[Rollout]:
+        result = []
+        for rollout_id in self.queue:
+            if len(result) >= limit:
+                break
+            result.append(self.rollouts[rollout_id].model_copy(deep=True))
+        return result
+
+    def rollouts_query(
+        self,
+        statuses: Sequence[RolloutStatus] | None,
+        mode: RolloutMode | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Rollout], int]:
+        wanted = None if statuses is None else set(statuses)
+        matching = [
+            rollout
+            for rollout in self.rollouts.values()
+            if (wanted is None or rollout.status in wanted) and (mode is None or rollout.mode == mode)
+        ]
+        page = [rollout.model_copy(deep=True) for rollout in matching[offset : offset + limit]]
+        return page, len(matching)
+
+    # attempts
+    def attempt_get(self, rollout_id: str, attempt_id: str) -> Attempt | None:
+        attempt = self.attempts.get(rollout_id, {}).get(attempt_id)
+        return None if attempt is None else attempt.model_copy()
+
+    def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
+        self.attempts[attempt.rollout_id][attempt.attempt_id] = attempt.model_copy()
+        key = (attempt.rollout_id, attempt.attempt_id)
+        if deadline is None:
+            self.deadlines.pop(key, None)
+        else:
+            self.deadlines[key] = deadline
+
+    def attempts_of(self, rollout_id: str) -> list[Attempt]:
+        return [attempt.model_copy() for attempt in self.attempts.get(rollout_id, {}).values()]
+
+    def attempts_due(self, now: float) -> list[Attempt]:
+        due = [key for key, deadline in self.deadlines.items() if deadline <= now]
+        return [self.attempts[rid][aid].model_copy() for rid, aid in due]
+
+    # spans
+    def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
+        index = self.span_index
+        return {key: index[key] for key in keys if key in index}
+
+    def spans_reserve(self, rollout_id: str, count: int) -> int:
+        first = self.next_sequence[rollout_id]
+        self.next_sequence[rollout_id] = first + count
+        return first
+
+    def spans_insert(self, spans: Sequence[Span]) -> None:
+        for span in spans:
+            assert span.sequence_id is not None
+            self.spans[span.rollout_id].append(span)
+            key = (span.rollout_id, span.attempt_id, span.trace_id, span.span_id)
+            self.span_index[key] = span.sequence_id
+
+    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
+        # Spans are stored in sequence order already: sequence ids are assigned on append.
+        return [
+            span.model_copy(deep=True)
+            for span in self.spans.get(rollout_id, [])
+            if attempt_id is None or span.attempt_id == attempt_id
+        ]
+
+    # resources
+    def resources_get(self, resources_id: str) -> ResourcesUpdate | None:
+        update = self.resources.get(resources_id)
+        return None if update is None else update.model_copy(deep=True)
+
+    def resources_latest(self) -> ResourcesUpdate | None:
+        latest = self.latest_resources
+        return None if latest is None else latest.model_copy(deep=True)
+
+    def resources_insert(self, update: ResourcesUpdate) -> None:
+        stored = update.model_copy(deep=True)
+        self.resources[update.resources_id] = stored
+        self.latest_resources = stored
+
+    # workers
+    def worker_get(self, worker_id: str) -> Worker | None:
+        worker = self.workers.get(worker_id)
+        return None if worker is None else worker.model_copy()
+
+    def worker_upsert(self, worker: Worker) -> None:
+        self.workers[worker.worker_id] = worker.model_copy()
+
+    def workers_all(self) -> list[Worker]:
+        return [worker.model_copy() for worker in self.workers.values()]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for rollout in self.rollouts.values():
+            key = f"rollouts.{rollout.status.value}"
+            counts[key] = counts.get(key, 0) + 1
+        counts["attempts"] = sum(len(attempts) for attempts in self.attempts.values())
+        counts["spans"] = len(self.span_index)
+        counts["resources"] = len(self.resources)
+        counts["workers"] = len(self.workers)
+        return counts
+
+
+class MemoryStore(StatefulStore):
+    """A store held in this process's memory. Nothing survives the process."""
+
+    def __init__(self, url: str = "memory://", *, poll_interval: float = 0.25) -> None:
+        super().__init__(url, poll_interval=poll_interval)
+        import threading
+
+        self._lock = threading.Lock()
+        self._state = _MemoryTransaction()
+
+    async def _run(self, operation: Callable[[Transaction], T]) -> T:
+        # Engine operations validate before they write, so an exception leaves no partial change.
+        with self._lock:
+            return operation(self._state)
