@@ -1,8 +1,9 @@
 """Resources: the named, versioned things an agent uses and an algorithm improves.
 
-An algorithm publishes a set of resources (``{"main_llm": LLM(...), "system": PromptTemplate(...)}``)
-as one :class:`ResourcesUpdate`; the store gives it an id and the next version number. Runners
-fetch the set a rollout names (or the latest) and hand its members to the agent.
+An algorithm publishes a set of resources, such as
+``{"main_llm": LLM(...), "system": PromptTemplate(...)}``, as one :class:`ResourcesUpdate`;
+the store gives it an id and the next version number. Runners fetch the set a rollout names
+(or the latest) and hand its members to the agent.
 
 Each resource class has a ``type`` tag. :func:`register_resource_type` adds a class to the
 registry so a plugin's resources round-trip through any store by that tag. A store that meets a
@@ -58,7 +59,7 @@ def register_resource_type(cls: R) -> R:
         InvalidInputError: the class has no literal default for ``type``, or another class
             already holds the tag.
     """
-    tag = cls.model_fields["type"].default
+    tag = cls.model_fields["type"].default  # type: ignore[call-overload]
     if not isinstance(tag, str) or not tag:
         raise InvalidInputError(
             f"{cls.__qualname__} needs a string default for its 'type' field to be registered",

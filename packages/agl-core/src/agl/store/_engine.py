@@ -66,7 +66,9 @@ def enqueue(tx: Transaction, requests: Sequence[RolloutRequest], now: float) -> 
 def dequeue(tx: Transaction, limit: int, worker_id: str | None, now: float) -> list[Claim]:
     """Claim up to ``limit`` waiting rollouts, creating a new attempt for each."""
     if limit < 1:
-        raise InvalidInputError(f"limit must be at least 1, got {limit}", field="limit", value=limit)
+        raise InvalidInputError(
+            f"limit must be at least 1, got {limit}", field="limit", value=limit
+        )
     claims = []
     for rollout in tx.rollouts_claimable(limit):
         attempt = Attempt(
@@ -108,9 +110,12 @@ def update_attempt(
     """Record a runner's report on an attempt: a heartbeat, a new status, or both.
 
     Every report counts as a heartbeat. A report on an attempt in a final status is refused
-    with ConflictError: the store has moved on (timed it out, retried it, cancelled it).
+    with ConflictError (the store has moved on: timed it out, retried it, cancelled it), except
+    the same final status again, which changes nothing, so a client may retry a report.
     """
     rollout, attempt = _get_attempt(tx, rollout_id, attempt_id)
+    if attempt.status.is_final and status == attempt.status:
+        return attempt  # the same final report again (a client retry): nothing changes
     if attempt.status.is_final:
         raise ConflictError(
             f"attempt {attempt_id!r} of rollout {rollout_id!r} already ended as "
@@ -134,7 +139,7 @@ def update_attempt(
         if attempt.worker_id is not None:
             _touch_worker(tx, attempt.worker_id, now)
         return attempt
-    _move_attempt(tx, rollout, attempt, status, reason, now)
+    _move_attempt(tx, rollout, attempt, status=status, reason=reason, now=now)
     if attempt.worker_id is not None:
         _touch_worker(tx, attempt.worker_id, now)
     return attempt
@@ -148,7 +153,9 @@ def cancel(tx: Transaction, rollout_id: str, now: float) -> Rollout:
     if rollout.latest_attempt_id is not None:
         attempt = tx.attempt_get(rollout_id, rollout.latest_attempt_id)
         if attempt is not None and not attempt.status.is_final:
-            _move_attempt(tx, rollout, attempt, AttemptStatus.CANCELLED, "cancelled", now)
+            _move_attempt(
+                tx, rollout, attempt, status=AttemptStatus.CANCELLED, reason="cancelled", now=now
+            )
             return rollout
     rollout.status = RolloutStatus.CANCELLED
     rollout.end_time = now
@@ -164,7 +171,10 @@ def sweep(tx: Transaction, now: float) -> int:
         if rollout is None or attempt.status.is_final:
             continue
         config = rollout.config
-        if config.timeout_seconds is not None and now - attempt.start_time >= config.timeout_seconds:
+        if (
+            config.timeout_seconds is not None
+            and now - attempt.start_time >= config.timeout_seconds
+        ):
             status = AttemptStatus.TIMEOUT
             reason = f"ran longer than timeout_seconds={config.timeout_seconds:g}"
         elif config.unresponsive_seconds is not None:
@@ -172,7 +182,7 @@ def sweep(tx: Transaction, now: float) -> int:
             reason = f"no heartbeat for unresponsive_seconds={config.unresponsive_seconds:g}"
         else:  # pragma: no cover - a deadline always comes from one of the two limits
             continue
-        _move_attempt(tx, rollout, attempt, status, reason, now)
+        _move_attempt(tx, rollout, attempt, status=status, reason=reason, now=now)
         swept += 1
     return swept
 
@@ -196,9 +206,9 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
                     value=span.rollout_id,
                 )
             rollouts[span.rollout_id] = rollout
-        key = (span.rollout_id, span.attempt_id)
-        if key not in attempts:
-            attempt = tx.attempt_get(*key)
+        attempt_key = (span.rollout_id, span.attempt_id)
+        if attempt_key not in attempts:
+            attempt = tx.attempt_get(*attempt_key)
             if attempt is None:
                 raise NotFoundError(
                     f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
@@ -206,7 +216,7 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
                     field=f"spans[{index}].attempt_id",
                     value=span.attempt_id,
                 )
-            attempts[key] = attempt
+            attempts[attempt_key] = attempt
 
     keys: list[SpanKey] = [
         (span.rollout_id, span.attempt_id, span.trace_id, span.span_id) for span in spans
@@ -228,13 +238,15 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
         to_insert.append(span.model_copy(update={"sequence_id": sequence_id}))
     if to_insert:
         tx.spans_insert(to_insert)
-    for (rollout_id, _), attempt in attempts.items():
+    for (rollout_id, _attempt_id), attempt in attempts.items():
         # Spans from a live attempt show it is alive.
         if not attempt.status.is_final:
             attempt.last_heartbeat_time = now
             tx.attempt_upsert(attempt, _deadline(rollouts[rollout_id], attempt))
     return [
-        span if span.sequence_id == known[key] else span.model_copy(update={"sequence_id": known[key]})
+        span
+        if span.sequence_id == known[key]
+        else span.model_copy(update={"sequence_id": known[key]})
         for key, span in zip(keys, spans, strict=True)
     ]
 
@@ -352,6 +364,7 @@ def _move_attempt(
     tx: Transaction,
     rollout: Rollout,
     attempt: Attempt,
+    *,
     status: AttemptStatus,
     reason: str | None,
     now: float,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from agl.rollouts import (
 )
 from agl.spans import Span
 from agl.store import _engine as engine
+from agl.store._checks import as_list, as_resources
 from agl.store._tx import Transaction
 from agl.store.base import StoreStatistics
 
@@ -67,10 +69,8 @@ class _Notifier:
         with self._lock:
             waiters = list(self._waiters)
         for loop, future in waiters:
-            try:
+            with contextlib.suppress(RuntimeError):  # that loop closed; its waiter is gone
                 loop.call_soon_threadsafe(_resolve, future)
-            except RuntimeError:  # that loop is closed; its waiter is gone
-                pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -98,7 +98,7 @@ class StatefulStore(abc.ABC):
     # --- rollouts ---------------------------------------------------------------------------
 
     async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
-        requests = _as_list(requests, "requests", RolloutRequest)
+        requests = as_list(requests, "requests", RolloutRequest)
         now = time.time()
         result = await self._run(lambda tx: engine.enqueue(tx, requests, now))
         self._notifier.notify_all()
@@ -170,11 +170,9 @@ class StatefulStore(abc.ABC):
         self._notifier.notify_all()
         return result
 
-    async def wait_for_rollouts(
-        self, rollout_ids: Sequence[str], timeout: float
-    ) -> list[Rollout]:
+    async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
         _check_wait(timeout, "timeout")
-        ids = _as_list(rollout_ids, "rollout_ids", str)
+        ids = as_list(rollout_ids, "rollout_ids", str)
         deadline = time.monotonic() + timeout
         while True:
             rollouts = await self._read(lambda tx: engine.get_rollouts(tx, ids))
@@ -187,7 +185,7 @@ class StatefulStore(abc.ABC):
     # --- spans ------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
-        spans = _as_list(spans, "spans", Span)
+        spans = as_list(spans, "spans", Span)
         if not spans:
             return []
         return await self._run(lambda tx: engine.add_spans(tx, spans, time.time()))
@@ -200,18 +198,7 @@ class StatefulStore(abc.ABC):
     async def add_resources(
         self, resources: Mapping[str, Resource], resources_id: str | None = None
     ) -> ResourcesUpdate:
-        if not isinstance(resources, Mapping):
-            raise InvalidInputError(
-                f"resources must be a mapping of name to Resource, got {type(resources).__name__}",
-                field="resources",
-            )
-        members = dict(resources)
-        for name, member in members.items():
-            if not isinstance(member, Resource):
-                raise InvalidInputError(
-                    f"resources[{name!r}] must be a Resource, got {type(member).__name__}",
-                    field=f"resources.{name}",
-                )
+        members = as_resources(resources)
         return await self._run(
             lambda tx: engine.add_resources(tx, members, resources_id, time.time())
         )
@@ -265,24 +252,7 @@ class StatefulStore(abc.ABC):
         return result
 
 
-def _as_list(values: object, field: str, item_type: type[T]) -> list[T]:
-    """Check a batch argument: a sequence whose items all have the expected type."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise InvalidInputError(
-            f"{field} must be a list of {item_type.__name__}, got {type(values).__name__}",
-            field=field,
-        )
-    items = list(values)
-    for index, item in enumerate(items):
-        if not isinstance(item, item_type):
-            raise InvalidInputError(
-                f"{field}[{index}] must be a {item_type.__name__}, got {type(item).__name__}",
-                field=f"{field}[{index}]",
-            )
-    return items
-
-
-def _as_status(value: object, index: int) -> RolloutStatus:
+def _as_status(value: str, index: int) -> RolloutStatus:
     try:
         return RolloutStatus(value)
     except ValueError:

@@ -122,9 +122,7 @@ class Store(Protocol):
         """Cancel a rollout that has not finished (a finished one is returned unchanged)."""
         ...
 
-    async def wait_for_rollouts(
-        self, rollout_ids: Sequence[str], timeout: float
-    ) -> list[Rollout]:
+    async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
         """Wait up to ``timeout`` seconds for the rollouts to finish; return the finished ones.
 
         Returns as soon as all have finished. The order follows ``rollout_ids``.

@@ -56,7 +56,7 @@ class _MemoryTransaction:
             self.queue.pop(rollout.rollout_id, None)
 
     def rollouts_claimable(self, limit: int) -> list[Rollout]:
-        result = []
+        result: list[Rollout] = []
         for rollout_id in self.queue:
             if len(result) >= limit:
                 break
@@ -74,7 +74,8 @@ class _MemoryTransaction:
         matching = [
             rollout
             for rollout in self.rollouts.values()
-            if (wanted is None or rollout.status in wanted) and (mode is None or rollout.mode == mode)
+            if (wanted is None or rollout.status in wanted)
+            and (mode is None or rollout.mode == mode)
         ]
         page = [rollout.model_copy(deep=True) for rollout in matching[offset : offset + limit]]
         return page, len(matching)

@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS spans (
     data TEXT NOT NULL,
     PRIMARY KEY (rollout_id, sequence_id)
 ) WITHOUT ROWID;
-CREATE UNIQUE INDEX IF NOT EXISTS spans_identity ON spans (rollout_id, attempt_id, span_id, trace_id);
+CREATE UNIQUE INDEX IF NOT EXISTS spans_identity
+    ON spans (rollout_id, attempt_id, span_id, trace_id);
 CREATE TABLE IF NOT EXISTS resources (
     version INTEGER PRIMARY KEY,
     resources_id TEXT NOT NULL UNIQUE,
@@ -140,7 +141,8 @@ class _SQLiteTransaction:
         limit: int,
         offset: int,
     ) -> tuple[list[Rollout], int]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[str | int] = []
         if statuses is not None:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
             params.extend(status.value for status in statuses)
@@ -258,9 +260,7 @@ class _SQLiteTransaction:
         return None if row is None else ResourcesUpdate.model_validate_json(row[0])
 
     def resources_latest(self) -> ResourcesUpdate | None:
-        row = self.db.execute(
-            "SELECT data FROM resources ORDER BY version DESC LIMIT 1"
-        ).fetchone()
+        row = self.db.execute("SELECT data FROM resources ORDER BY version DESC LIMIT 1").fetchone()
         return None if row is None else ResourcesUpdate.model_validate_json(row[0])
 
     def resources_insert(self, update: ResourcesUpdate) -> None:
@@ -271,7 +271,9 @@ class _SQLiteTransaction:
 
     # workers
     def worker_get(self, worker_id: str) -> Worker | None:
-        row = self.db.execute("SELECT data FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
+        ).fetchone()
         return None if row is None else Worker.model_validate_json(row[0])
 
     def worker_upsert(self, worker: Worker) -> None:
@@ -491,4 +493,3 @@ class SQLiteStore(StatefulStore):
             self._closed = True
             self._writer.stop()
             await asyncio.to_thread(self._writer.join)
-

@@ -1,0 +1,49 @@
+"""Argument checks shared by the store backends, so every backend words its errors alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from agl.errors import InvalidInputError
+from agl.resources import Resource
+
+T = TypeVar("T")
+
+
+def as_list(values: object, field: str, item_type: type[T]) -> list[T]:
+    """Check a batch argument: a sequence whose items all have the expected type."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise InvalidInputError(
+            f"{field} must be a list of {item_type.__name__}, got {type(values).__name__}",
+            field=field,
+        )
+    items = list(values)
+    for index, item in enumerate(items):
+        if not isinstance(item, item_type):
+            raise InvalidInputError(
+                f"{field}[{index}] must be a {item_type.__name__}, got {type(item).__name__}",
+                field=f"{field}[{index}]",
+            )
+    return items
+
+
+def as_resources(resources: object) -> dict[str, Resource]:
+    """Check a set of resources to publish: a mapping of names to Resource instances."""
+    if not isinstance(resources, Mapping):
+        raise InvalidInputError(
+            f"resources must be a mapping of name to Resource, got {type(resources).__name__}",
+            field="resources",
+        )
+    members = dict(resources)
+    for name, member in members.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(
+                f"resource names must be non-empty strings, got {name!r}", field="resources"
+            )
+        if not isinstance(member, Resource):
+            raise InvalidInputError(
+                f"resources[{name!r}] must be a Resource, got {type(member).__name__}",
+                field=f"resources.{name}",
+            )
+    return members

@@ -1,0 +1,275 @@
+"""Decode OTLP/HTTP trace export requests into agl spans.
+
+Agents instrumented with any OpenTelemetry SDK can send their spans straight to the store: the
+store server accepts the standard OTLP/HTTP trace export request (``POST /v1/traces``) in
+either of its encodings, protobuf or JSON, and this module turns its body into
+:class:`~agl.spans.Span` objects. Each span must say which rollout and attempt it belongs to,
+through the ``agl.rollout.id`` and ``agl.attempt.id`` attributes set on the span itself or on
+its resource. A request is accepted or rejected as a whole: any bad span rejects every span.
+
+The protobuf classes come from the ``opentelemetry-proto`` package (the ``server`` extra) and
+are imported only when a request is decoded, so ``import agl`` stays light.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue, ValidationError
+
+from agl.errors import InvalidInputError
+from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
+from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
+
+__all__ = ["OTLP_CONTENT_TYPES", "decode_traces", "encode_response"]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+OTLP_CONTENT_TYPES = (PROTOBUF, JSON)
+"""The media types of the two OTLP/HTTP encodings, protobuf first."""
+
+# OTLP enum numbers (SPAN_KIND_*, STATUS_CODE_*); unknown numbers fall back to the default.
+_KINDS = {2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
+_STATUS_CODES = {1: StatusCode.OK, 2: StatusCode.ERROR}
+# The bytes-valued id fields of a span and of a link, by the names OTLP/JSON may spell them.
+_SPAN_ID_KEYS = {
+    "traceId": "trace_id",
+    "trace_id": "trace_id",
+    "spanId": "span_id",
+    "span_id": "span_id",
+    "parentSpanId": "parent_span_id",
+    "parent_span_id": "parent_span_id",
+}
+_LINK_ID_KEYS = {k: v for k, v in _SPAN_ID_KEYS.items() if v != "parent_span_id"}
+
+
+def decode_traces(body: bytes, content_type: str) -> list[Span]:
+    """Decode the body of an OTLP/HTTP trace export request.
+
+    Args:
+        body: The request body.
+        content_type: The request's ``Content-Type``; parameters such as ``charset`` are ignored.
+
+    Returns:
+        Every span of the request, in request order (an empty request gives an empty list).
+
+    Raises:
+        InvalidInputError: If the content type is not an OTLP one, the body does not parse, or
+            any span has a malformed id or lacks a rollout or attempt id. ``field`` names where.
+    """
+    request = _parse(body, _media_type(content_type))
+    spans: list[Span] = []
+    for i, resource_spans in enumerate(request.resource_spans):
+        resource = _attributes(resource_spans.resource.attributes, f"resource_spans[{i}].resource")
+        for j, scope_spans in enumerate(resource_spans.scope_spans):
+            for k, otlp_span in enumerate(scope_spans.spans):
+                path = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
+                spans.append(_convert_span(otlp_span, resource, path))
+    return spans
+
+
+def encode_response(content_type: str) -> tuple[bytes, str]:
+    """Encode an empty (fully successful) export response in the encoding of the request.
+
+    Args:
+        content_type: The request's ``Content-Type``.
+
+    Returns:
+        The response body and the media type to send it with.
+
+    Raises:
+        InvalidInputError: If the content type is not an OTLP one.
+    """
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    response = ExportTraceServiceResponse()
+    if _media_type(content_type) == JSON:
+        return json_format.MessageToJson(response, indent=None).encode(), JSON
+    return response.SerializeToString(), PROTOBUF
+
+
+def _media_type(content_type: str) -> str:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type not in OTLP_CONTENT_TYPES:
+        raise InvalidInputError(
+            f"unsupported content type {content_type!r}; OTLP/HTTP uses {PROTOBUF!r} or {JSON!r}",
+            field="content_type",
+            value=content_type,
+        )
+    return media_type
+
+
+def _parse(body: bytes, media_type: str) -> ExportTraceServiceRequest:
+    from google.protobuf import json_format
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    request = ExportTraceServiceRequest()
+    try:
+        if media_type == PROTOBUF:
+            request.ParseFromString(body)
+        else:
+            data = json.loads(body)
+            if not isinstance(data, dict):
+                raise ValueError("the top-level JSON value is not an object")
+            _hex_ids_to_base64(data)
+            # OTLP/JSON receivers must ignore fields they do not know.
+            json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except (DecodeError, json_format.Error, ValueError, TypeError, RecursionError) as exc:
+        encoding = "protobuf" if media_type == PROTOBUF else "JSON"
+        raise InvalidInputError(
+            f"the body is not a valid OTLP {encoding} trace export request: {exc}", field="body"
+        ) from exc
+    return request
+
+
+def _hex_ids_to_base64(data: dict[str, Any]) -> None:
+    """Rewrite OTLP/JSON's hex trace and span ids as the base64 protobuf's JSON parser wants."""
+    for i, resource_spans in _children(data, "resourceSpans", "resource_spans"):
+        for j, scope_spans in _children(resource_spans, "scopeSpans", "scope_spans"):
+            for k, span in _children(scope_spans, "spans"):
+                path = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
+                _rewrite_ids(span, _SPAN_ID_KEYS, path)
+                for n, link in _children(span, "links"):
+                    _rewrite_ids(link, _LINK_ID_KEYS, f"{path}.links[{n}]")
+
+
+def _children(parent: dict[str, Any], *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for key in keys:
+        items = parent.get(key)
+        if isinstance(items, list):
+            yield from ((i, item) for i, item in enumerate(items) if isinstance(item, dict))
+
+
+def _rewrite_ids(message: dict[str, Any], keys: dict[str, str], path: str) -> None:
+    for key, name in keys.items():
+        if key not in message or message[key] is None:
+            continue
+        value = message[key]
+        try:
+            if not isinstance(value, str):
+                raise TypeError
+            raw = binascii.unhexlify(value)
+        except (TypeError, ValueError):
+            raise InvalidInputError(
+                f"{name} must be a hex string in OTLP/JSON, got {value!r}",
+                field=f"{path}.{name}",
+                value=value,
+            ) from None
+        message[key] = base64.b64encode(raw).decode("ascii")
+
+
+def _convert_span(otlp_span: OtlpSpan, resource: dict[str, JsonValue], path: str) -> Span:
+    attributes = _attributes(otlp_span.attributes, f"{path}.attributes")
+    parent = otlp_span.parent_span_id
+    # An absent parent may also arrive as all zeros, the "invalid span id" of the SDKs.
+    parent_id = _hex_id(parent, 8, f"{path}.parent_span_id") if parent.strip(b"\0") else None
+    try:
+        return Span(
+            rollout_id=_owner(AGL_ROLLOUT_ID, attributes, resource, otlp_span.name, path),
+            attempt_id=_owner(AGL_ATTEMPT_ID, attributes, resource, otlp_span.name, path),
+            trace_id=_hex_id(otlp_span.trace_id, 16, f"{path}.trace_id"),
+            span_id=_hex_id(otlp_span.span_id, 8, f"{path}.span_id"),
+            parent_id=parent_id,
+            name=otlp_span.name,
+            kind=_KINDS.get(otlp_span.kind, SpanKind.INTERNAL),
+            status=SpanStatus(
+                code=_STATUS_CODES.get(otlp_span.status.code, StatusCode.UNSET),
+                description=otlp_span.status.message or None,
+            ),
+            start_time_unix_nano=otlp_span.start_time_unix_nano,
+            end_time_unix_nano=otlp_span.end_time_unix_nano or None,
+            attributes=attributes,
+            events=[
+                SpanEvent(
+                    name=event.name,
+                    time_unix_nano=event.time_unix_nano,
+                    attributes=_attributes(event.attributes, f"{path}.events[{n}].attributes"),
+                )
+                for n, event in enumerate(otlp_span.events)
+            ],
+            links=[
+                SpanLink(
+                    trace_id=_hex_id(link.trace_id, 16, f"{path}.links[{n}].trace_id"),
+                    span_id=_hex_id(link.span_id, 8, f"{path}.links[{n}].span_id"),
+                    attributes=_attributes(link.attributes, f"{path}.links[{n}].attributes"),
+                )
+                for n, link in enumerate(otlp_span.links)
+            ],
+            resource=resource,
+        )
+    except ValidationError as exc:  # pragma: no cover - every field is checked above
+        raise InvalidInputError(f"invalid span: {exc}", field=path) from exc
+
+
+def _owner(
+    key: str, attributes: dict[str, JsonValue], resource: dict[str, JsonValue], name: str, path: str
+) -> str:
+    """Return the rollout or attempt id ``key`` names: the span's own, else its resource's."""
+    value = attributes.get(key, resource.get(key))
+    if isinstance(value, str) and value:
+        return value
+    if value is None:
+        problem = f"has no {key!r} attribute"
+    else:
+        problem = f"has a {key!r} attribute that is not a non-empty string ({value!r})"
+    raise InvalidInputError(
+        f"span {name!r} {problem}; every span needs both {AGL_ROLLOUT_ID!r} and "
+        f"{AGL_ATTEMPT_ID!r}, set as attributes of the span or of its resource",
+        field=f"{path}.attributes",
+        value=value,
+    )
+
+
+def _hex_id(raw: bytes, size: int, field: str) -> str:
+    """Return an id as lowercase hex, after checking its length and that it is not all zeros."""
+    if len(raw) != size or not raw.strip(b"\0"):
+        raise InvalidInputError(
+            f"{field.rsplit('.', 1)[-1]} must be {size} bytes and not all zeros, "
+            f"got {len(raw)} bytes ({raw.hex() or 'empty'})",
+            field=field,
+            value=raw.hex(),
+        )
+    return raw.hex()
+
+
+def _attributes(key_values: Iterable[KeyValue], field: str) -> dict[str, JsonValue]:
+    return {kv.key: _any_value(kv.value, f"{field}[{kv.key!r}]") for kv in key_values}
+
+
+def _any_value(value: AnyValue, field: str) -> JsonValue:
+    """Convert an OTLP ``AnyValue`` to a JSON value (bytes become a base64 string)."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [
+            _any_value(item, f"{field}[{n}]") for n, item in enumerate(value.array_value.values)
+        ]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values, field)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    if kind in ("string_value", "bool_value", "int_value", "double_value"):
+        scalar: JsonValue = getattr(value, kind)
+        return scalar
+    raise InvalidInputError(
+        f"attribute values of type {kind} are not supported in trace data", field=field
+    )
