@@ -27,6 +27,7 @@ from agl.spans import Span
 from agl.store._tx import SpanKey, Transaction
 
 MAX_PAGE_SIZE = 10_000
+HEARTBEAT_REFRESH_SECONDS = 0.1
 
 
 def enqueue(tx: Transaction, requests: Sequence[RolloutRequest], now: float) -> list[Rollout]:
@@ -193,30 +194,27 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
     The whole batch is checked first; one span naming an unknown rollout or attempt rejects
     the batch, naming its index.
     """
-    rollouts: dict[str, Rollout] = {}
     attempts: dict[tuple[str, str], Attempt] = {}
     for index, span in enumerate(spans):
-        if span.rollout_id not in rollouts:
-            rollout = tx.rollout_get(span.rollout_id)
-            if rollout is None:
+        attempt_key = (span.rollout_id, span.attempt_id)
+        if attempt_key in attempts:
+            continue
+        attempt = tx.attempt_get(*attempt_key)
+        if attempt is None:
+            if tx.rollout_get(span.rollout_id) is None:
                 raise NotFoundError(
                     f"spans[{index}] names rollout {span.rollout_id!r}, which the store does "
                     "not hold",
                     field=f"spans[{index}].rollout_id",
                     value=span.rollout_id,
                 )
-            rollouts[span.rollout_id] = rollout
-        attempt_key = (span.rollout_id, span.attempt_id)
-        if attempt_key not in attempts:
-            attempt = tx.attempt_get(*attempt_key)
-            if attempt is None:
-                raise NotFoundError(
-                    f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
-                    f"{span.rollout_id!r} does not have",
-                    field=f"spans[{index}].attempt_id",
-                    value=span.attempt_id,
-                )
-            attempts[attempt_key] = attempt
+            raise NotFoundError(
+                f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
+                f"{span.rollout_id!r} does not have",
+                field=f"spans[{index}].attempt_id",
+                value=span.attempt_id,
+            )
+        attempts[attempt_key] = attempt
 
     keys: list[SpanKey] = [
         (span.rollout_id, span.attempt_id, span.trace_id, span.span_id) for span in spans
@@ -238,11 +236,15 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
         to_insert.append(span.model_copy(update={"sequence_id": sequence_id}))
     if to_insert:
         tx.spans_insert(to_insert)
-    for (rollout_id, _attempt_id), attempt in attempts.items():
-        # Spans from a live attempt show it is alive.
-        if not attempt.status.is_final:
+    for attempt in attempts.values():
+        # Spans from a live attempt show it is alive; refreshing at most every
+        # HEARTBEAT_REFRESH_SECONDS keeps a stream of small batches from rewriting it each time.
+        last = attempt.last_heartbeat_time or attempt.start_time
+        if not attempt.status.is_final and now - last >= HEARTBEAT_REFRESH_SECONDS:
             attempt.last_heartbeat_time = now
-            tx.attempt_upsert(attempt, _deadline(rollouts[rollout_id], attempt))
+            rollout = tx.rollout_get(attempt.rollout_id)
+            if rollout is not None:
+                tx.attempt_upsert(attempt, _deadline(rollout, attempt))
     return [
         span
         if span.sequence_id == known[key]

@@ -18,7 +18,7 @@ import binascii
 import json
 from typing import TYPE_CHECKING, Any
 
-from pydantic import JsonValue, ValidationError
+from pydantic import JsonValue
 
 from agl.errors import InvalidInputError
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
@@ -43,16 +43,9 @@ OTLP_CONTENT_TYPES = (PROTOBUF, JSON)
 # OTLP enum numbers (SPAN_KIND_*, STATUS_CODE_*); unknown numbers fall back to the default.
 _KINDS = {2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _STATUS_CODES = {1: StatusCode.OK, 2: StatusCode.ERROR}
-# The bytes-valued id fields of a span and of a link, by the names OTLP/JSON may spell them.
-_SPAN_ID_KEYS = {
-    "traceId": "trace_id",
-    "trace_id": "trace_id",
-    "spanId": "span_id",
-    "span_id": "span_id",
-    "parentSpanId": "parent_span_id",
-    "parent_span_id": "parent_span_id",
-}
-_LINK_ID_KEYS = {k: v for k, v in _SPAN_ID_KEYS.items() if v != "parent_span_id"}
+# The id fields of a span and of a link, by both names OTLP/JSON may spell them.
+_SPAN_IDS = (("trace_id", "traceId"), ("span_id", "spanId"), ("parent_span_id", "parentSpanId"))
+_LINK_IDS = _SPAN_IDS[:2]
 
 
 def decode_traces(body: bytes, content_type: str) -> list[Span]:
@@ -132,6 +125,8 @@ def _parse(body: bytes, media_type: str) -> ExportTraceServiceRequest:
             _hex_ids_to_base64(data)
             # OTLP/JSON receivers must ignore fields they do not know.
             json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except InvalidInputError:  # a malformed id, already named precisely
+        raise
     except (DecodeError, json_format.Error, ValueError, TypeError, RecursionError) as exc:
         encoding = "protobuf" if media_type == PROTOBUF else "JSON"
         raise InvalidInputError(
@@ -146,9 +141,9 @@ def _hex_ids_to_base64(data: dict[str, Any]) -> None:
         for j, scope_spans in _children(resource_spans, "scopeSpans", "scope_spans"):
             for k, span in _children(scope_spans, "spans"):
                 path = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
-                _rewrite_ids(span, _SPAN_ID_KEYS, path)
+                _rewrite_ids(span, _SPAN_IDS, path)
                 for n, link in _children(span, "links"):
-                    _rewrite_ids(link, _LINK_ID_KEYS, f"{path}.links[{n}]")
+                    _rewrite_ids(link, _LINK_IDS, f"{path}.links[{n}]")
 
 
 def _children(parent: dict[str, Any], *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -158,22 +153,19 @@ def _children(parent: dict[str, Any], *keys: str) -> Iterator[tuple[int, dict[st
             yield from ((i, item) for i, item in enumerate(items) if isinstance(item, dict))
 
 
-def _rewrite_ids(message: dict[str, Any], keys: dict[str, str], path: str) -> None:
-    for key, name in keys.items():
-        if key not in message or message[key] is None:
-            continue
-        value = message[key]
-        try:
-            if not isinstance(value, str):
-                raise TypeError
-            raw = binascii.unhexlify(value)
-        except (TypeError, ValueError):
-            raise InvalidInputError(
-                f"{name} must be a hex string in OTLP/JSON, got {value!r}",
-                field=f"{path}.{name}",
-                value=value,
-            ) from None
-        message[key] = base64.b64encode(raw).decode("ascii")
+def _rewrite_ids(message: dict[str, Any], names: tuple[tuple[str, str], ...], path: str) -> None:
+    for name, camel_name in names:
+        for key in (camel_name, name):
+            if (value := message.get(key)) is None:
+                continue
+            try:
+                message[key] = base64.b64encode(binascii.unhexlify(value)).decode("ascii")
+            except (TypeError, ValueError):  # not a string, odd length or not hex digits
+                raise InvalidInputError(
+                    f"{name} must be a hex string in OTLP/JSON, got {value!r}",
+                    field=f"{path}.{name}",
+                    value=value,
+                ) from None
 
 
 def _convert_span(otlp_span: OtlpSpan, resource: dict[str, JsonValue], path: str) -> Span:
@@ -181,42 +173,39 @@ def _convert_span(otlp_span: OtlpSpan, resource: dict[str, JsonValue], path: str
     parent = otlp_span.parent_span_id
     # An absent parent may also arrive as all zeros, the "invalid span id" of the SDKs.
     parent_id = _hex_id(parent, 8, f"{path}.parent_span_id") if parent.strip(b"\0") else None
-    try:
-        return Span(
-            rollout_id=_owner(AGL_ROLLOUT_ID, attributes, resource, otlp_span.name, path),
-            attempt_id=_owner(AGL_ATTEMPT_ID, attributes, resource, otlp_span.name, path),
-            trace_id=_hex_id(otlp_span.trace_id, 16, f"{path}.trace_id"),
-            span_id=_hex_id(otlp_span.span_id, 8, f"{path}.span_id"),
-            parent_id=parent_id,
-            name=otlp_span.name,
-            kind=_KINDS.get(otlp_span.kind, SpanKind.INTERNAL),
-            status=SpanStatus(
-                code=_STATUS_CODES.get(otlp_span.status.code, StatusCode.UNSET),
-                description=otlp_span.status.message or None,
-            ),
-            start_time_unix_nano=otlp_span.start_time_unix_nano,
-            end_time_unix_nano=otlp_span.end_time_unix_nano or None,
-            attributes=attributes,
-            events=[
-                SpanEvent(
-                    name=event.name,
-                    time_unix_nano=event.time_unix_nano,
-                    attributes=_attributes(event.attributes, f"{path}.events[{n}].attributes"),
-                )
-                for n, event in enumerate(otlp_span.events)
-            ],
-            links=[
-                SpanLink(
-                    trace_id=_hex_id(link.trace_id, 16, f"{path}.links[{n}].trace_id"),
-                    span_id=_hex_id(link.span_id, 8, f"{path}.links[{n}].span_id"),
-                    attributes=_attributes(link.attributes, f"{path}.links[{n}].attributes"),
-                )
-                for n, link in enumerate(otlp_span.links)
-            ],
-            resource=resource,
-        )
-    except ValidationError as exc:  # pragma: no cover - every field is checked above
-        raise InvalidInputError(f"invalid span: {exc}", field=path) from exc
+    return Span(
+        rollout_id=_owner(AGL_ROLLOUT_ID, attributes, resource, otlp_span.name, path),
+        attempt_id=_owner(AGL_ATTEMPT_ID, attributes, resource, otlp_span.name, path),
+        trace_id=_hex_id(otlp_span.trace_id, 16, f"{path}.trace_id"),
+        span_id=_hex_id(otlp_span.span_id, 8, f"{path}.span_id"),
+        parent_id=parent_id,
+        name=otlp_span.name,
+        kind=_KINDS.get(otlp_span.kind, SpanKind.INTERNAL),
+        status=SpanStatus(
+            code=_STATUS_CODES.get(otlp_span.status.code, StatusCode.UNSET),
+            description=otlp_span.status.message or None,
+        ),
+        start_time_unix_nano=otlp_span.start_time_unix_nano,
+        end_time_unix_nano=otlp_span.end_time_unix_nano or None,
+        attributes=attributes,
+        events=[
+            SpanEvent(
+                name=event.name,
+                time_unix_nano=event.time_unix_nano,
+                attributes=_attributes(event.attributes, f"{path}.events[{n}].attributes"),
+            )
+            for n, event in enumerate(otlp_span.events)
+        ],
+        links=[
+            SpanLink(
+                trace_id=_hex_id(link.trace_id, 16, f"{path}.links[{n}].trace_id"),
+                span_id=_hex_id(link.span_id, 8, f"{path}.links[{n}].span_id"),
+                attributes=_attributes(link.attributes, f"{path}.links[{n}].attributes"),
+            )
+            for n, link in enumerate(otlp_span.links)
+        ],
+        resource=resource,
+    )
 
 
 def _owner(

@@ -1,0 +1,174 @@
+"""Run the store server: in the foreground (``agl store serve``) or in a background thread.
+
+A server bound beyond loopback without a token is refused: anyone who can reach the port could
+otherwise read every trace and enqueue work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from agl.errors import InvalidInputError, StoreError
+from agl.store.base import Store
+from agl.store.open import open_store
+from agl.store.server import DEFAULT_MAX_BODY_BYTES, create_app
+
+__all__ = ["DEFAULT_PORT", "StoreServer", "check_bind_address", "serve"]
+
+DEFAULT_PORT = 4747
+
+
+def check_bind_address(host: str, token: str | None) -> None:
+    """Refuse to bind a non-loopback address without a token.
+
+    Raises:
+        InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.
+    """
+    if token:
+        return
+    if _is_loopback(host):
+        return
+    raise InvalidInputError(
+        f"refusing to serve the store on {host!r} without a token: other machines could read "
+        "and change it. Pass --token (or set AGL_STORE_TOKEN), or bind 127.0.0.1.",
+        field="host",
+        value=host,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback
+                for info in socket.getaddrinfo(host, None)
+            )
+        except (OSError, ValueError):
+            return False
+
+
+def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=75,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def serve(
+    db: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    log_level: str = "info",
+) -> None:
+    """Serve the store at ``db`` until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+    import uvicorn
+
+    check_bind_address(host, token)
+    store = open_store(db)
+    app = create_app(store, token=token, max_body_bytes=max_body_bytes, close_store=True)
+    uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
+
+
+class StoreServer:
+    """A store server on a background thread, for tests, benchmarks and single-machine runs.
+
+    ``StoreServer("sqlite:///runs/agl.db")`` opens the store itself and closes it on exit; pass
+    a :class:`~agl.store.base.Store` to serve one you own. ``port=0`` picks a free port;
+    :attr:`url` says which.
+
+    Example::
+
+        with StoreServer("memory://") as server:
+            async with agl.open_store(server.url) as store:
+                ...
+    """
+
+    def __init__(
+        self,
+        store: str | Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        log_level: str = "warning",
+    ) -> None:
+        check_bind_address(host, token)
+        self._owns_store = isinstance(store, str)
+        self._store_spec = store
+        self._host = host
+        self._port = port
+        self._token = token
+        self._max_body_bytes = max_body_bytes
+        self._log_level = log_level
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Start serving; return the base URL once the server accepts connections."""
+        import uvicorn
+
+        store = (
+            open_store(self._store_spec) if isinstance(self._store_spec, str) else self._store_spec
+        )
+        app = create_app(
+            store,
+            token=self._token,
+            max_body_bytes=self._max_body_bytes,
+            close_store=self._owns_store,
+        )
+        self._server = uvicorn.Server(_uvicorn_config(app, self._host, self._port, self._log_level))
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve()), name="agl-store-server", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise StoreError(f"the store server on {self._host}:{self._port} did not start")
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server thread to end."""
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+            self._server = None
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
