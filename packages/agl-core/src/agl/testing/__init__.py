@@ -1,0 +1,4 @@
+"""Conformance suites for store backends and plugins (pytest required).
+
+See :mod:`agl.testing.store`.
+"""

@@ -1,0 +1,654 @@
+"""The store conformance suite: what every store backend must do, as pytest tests.
+
+A backend passes by subclassing :class:`StoreConformance` and providing one fixture, ``store``,
+that yields a fresh, empty store::
+
+    import pytest
+    from agl.testing.store import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        async def store(self, tmp_path):
+            async with MyStore(tmp_path / "db") as store:
+                yield store
+
+Persistent backends set ``persistent = True`` and also provide ``reopen``: a fixture returning
+an async function that closes the given store and opens the same data again.
+
+Tests must not be deleted or overridden to make a backend pass. A test a backend cannot pass is
+overridden with ``@pytest.mark.xfail(reason="…")`` naming what is missing;
+``test_suite_is_intact`` fails otherwise. The suite runs on anyio's pytest plugin (asyncio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Literal
+
+import pytest
+
+import agl
+from agl import (
+    LLM,
+    AttemptStatus,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PromptTemplate,
+    Resource,
+    RolloutConfig,
+    RolloutRequest,
+    RolloutStatus,
+    Span,
+    SpanEvent,
+    SpanKind,
+    SpanLink,
+    SpanStatus,
+    StatusCode,
+    Store,
+)
+from agl.spans import new_span_id, new_trace_id
+
+__all__ = ["StoreConformance"]
+
+
+@agl.register_resource_type
+class _SuiteResource(Resource):
+    """A resource type registered by a plugin, for the round-trip test."""
+
+    type: Literal["agl-testing-suite"] = "agl-testing-suite"
+    weights_path: str
+    step: int
+
+
+async def _claim(store: Store, *requests: RolloutRequest) -> list[agl.Claim]:
+    """Enqueue requests (default: one) and claim them all."""
+    requests = requests or (RolloutRequest(input={"task": 1}),)
+    await store.enqueue_rollouts(list(requests))
+    return await store.dequeue_rollouts(limit=len(requests), worker_id="suite-worker")
+
+
+def _span(claim: agl.Claim, name: str = "step", **fields: Any) -> Span:
+    return Span.create(
+        rollout_id=claim.rollout.rollout_id,
+        attempt_id=claim.attempt.attempt_id,
+        name=name,
+        **fields,
+    )
+
+
+async def _until(
+    check: Callable[[], Awaitable[bool]], timeout: float = 5.0, interval: float = 0.05
+) -> None:
+    """Wait until ``check`` holds (for conditions the store reaches on its own clock)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
+
+
+@pytest.mark.anyio
+class StoreConformance:
+    """Subclass me and provide a ``store`` fixture yielding a fresh, empty store."""
+
+    persistent: ClassVar[bool] = False
+    """Whether the backend keeps its data when closed and reopened (then ``reopen`` is needed)."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    # --- the suite guards itself ------------------------------------------------------------
+
+    def test_suite_is_intact(self) -> None:
+        """No suite test was deleted, or overridden without an xfail that gives a reason."""
+        for name, member in vars(StoreConformance).items():
+            if not name.startswith("test_"):
+                continue
+            mine = getattr(type(self), name, None)
+            assert mine is not None, f"{name} was deleted from the store conformance suite"
+            if mine is member:
+                continue
+            marks = [mark for mark in getattr(mine, "pytestmark", []) if mark.name == "xfail"]
+            assert marks and marks[0].kwargs.get("reason"), (
+                f"{name} is overridden without @pytest.mark.xfail(reason=...)"
+            )
+
+    # --- rollouts -----------------------------------------------------------------------------
+
+    async def test_enqueue_round_trip(self, store: Store) -> None:
+        config = RolloutConfig(timeout_seconds=30, unresponsive_seconds=10, max_attempts=3)
+        request = RolloutRequest(
+            input={"question": "2+2", "nested": [1, {"a": None}]},
+            mode="val",
+            config=config,
+            metadata={"split": "dev", "index": 7},
+        )
+        [rollout] = await store.enqueue_rollouts([request])
+        assert rollout.status == RolloutStatus.QUEUING
+        assert rollout.num_attempts == 0
+        fetched = await store.get_rollout(rollout.rollout_id)
+        assert fetched == rollout
+        assert fetched.input == {"question": "2+2", "nested": [1, {"a": None}]}
+        assert fetched.mode == "val"
+        assert fetched.config == config
+        assert fetched.metadata == {"split": "dev", "index": 7}
+
+    async def test_enqueue_keeps_order_and_assigns_distinct_ids(self, store: Store) -> None:
+        rollouts = await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(20)])
+        assert [rollout.input for rollout in rollouts] == list(range(20))
+        assert len({rollout.rollout_id for rollout in rollouts}) == 20
+
+    async def test_enqueue_with_known_id_is_idempotent(self, store: Store) -> None:
+        [first] = await store.enqueue_rollouts([RolloutRequest(input=1, rollout_id="task-1")])
+        [again] = await store.enqueue_rollouts([RolloutRequest(input=2, rollout_id="task-1")])
+        assert first.rollout_id == again.rollout_id == "task-1"
+        assert again.input == 1
+        assert (await store.statistics()).rollouts == 1
+
+    async def test_enqueue_naming_unknown_resources_is_rejected_whole(self, store: Store) -> None:
+        requests = [RolloutRequest(input=1), RolloutRequest(input=2, resources_id="rs-missing")]
+        with pytest.raises(NotFoundError) as caught:
+            await store.enqueue_rollouts(requests)
+        assert caught.value.field == "requests[1].resources_id"
+        assert (await store.statistics()).rollouts == 0
+
+    async def test_get_unknown_rollout_raises(self, store: Store) -> None:
+        with pytest.raises(NotFoundError) as caught:
+            await store.get_rollout("ro-unknown")
+        assert "ro-unknown" in caught.value.message
+
+    async def test_dequeue_claims_oldest_first(self, store: Store) -> None:
+        rollouts = await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(3)])
+        claims = await store.dequeue_rollouts(limit=2, worker_id="w1")
+        assert [claim.rollout.rollout_id for claim in claims] == [
+            rollout.rollout_id for rollout in rollouts[:2]
+        ]
+        for claim in claims:
+            assert claim.rollout.status == RolloutStatus.PREPARING
+            assert claim.attempt.status == AttemptStatus.PREPARING
+            assert claim.attempt.sequence == 1
+            assert claim.attempt.worker_id == "w1"
+            assert claim.rollout.latest_attempt_id == claim.attempt.attempt_id
+        [last] = await store.dequeue_rollouts(limit=5)
+        assert last.rollout.rollout_id == rollouts[2].rollout_id
+        assert await store.dequeue_rollouts() == []
+
+    async def test_dequeue_rejects_bad_arguments(self, store: Store) -> None:
+        with pytest.raises(InvalidInputError):
+            await store.dequeue_rollouts(limit=0)
+        with pytest.raises(InvalidInputError):
+            await store.dequeue_rollouts(wait=-1)
+
+    async def test_dequeue_long_polls_until_a_rollout_arrives(self, store: Store) -> None:
+        async def enqueue_later() -> None:
+            await asyncio.sleep(0.3)
+            await store.enqueue_rollouts([RolloutRequest(input="late")])
+
+        started = time.monotonic()
+        task = asyncio.create_task(enqueue_later())
+        claims = await store.dequeue_rollouts(wait=10)
+        elapsed = time.monotonic() - started
+        await task
+        assert [claim.rollout.input for claim in claims] == ["late"]
+        assert 0.25 <= elapsed < 5, elapsed
+
+    async def test_dequeue_wait_returns_empty_after_the_wait(self, store: Store) -> None:
+        started = time.monotonic()
+        assert await store.dequeue_rollouts(wait=0.3) == []
+        assert time.monotonic() - started >= 0.29
+
+    async def test_dequeue_records_the_worker(self, store: Store) -> None:
+        await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
+        [worker] = await store.query_workers()
+        assert worker.worker_id == "suite-worker"
+        assert worker.num_claimed == 2
+        assert worker.last_dequeue_time is not None
+
+    async def test_query_rollouts_filters_and_pages(self, store: Store) -> None:
+        await store.enqueue_rollouts(
+            [RolloutRequest(input=i, mode="train" if i % 2 else "val") for i in range(10)]
+        )
+        await store.dequeue_rollouts(limit=3)
+        page = await store.query_rollouts(limit=4)
+        assert (page.total, len(page.rollouts), page.next_offset) == (10, 4, 4)
+        last = await store.query_rollouts(limit=4, offset=8)
+        assert (len(last.rollouts), last.next_offset) == (2, None)
+        assert [r.input for r in page.rollouts + last.rollouts] == [0, 1, 2, 3, 8, 9]
+        preparing = await store.query_rollouts(status=RolloutStatus.PREPARING)
+        assert [r.input for r in preparing.rollouts] == [0, 1, 2]
+        both = await store.query_rollouts(status=[RolloutStatus.PREPARING, RolloutStatus.QUEUING])
+        assert both.total == 10
+        val = await store.query_rollouts(mode="val", status=RolloutStatus.QUEUING)
+        assert [r.input for r in val.rollouts] == [4, 6, 8]
+        with pytest.raises(InvalidInputError):
+            await store.query_rollouts(limit=0)
+
+    # --- the attempt state machine --------------------------------------------------------------
+
+    async def test_rollout_follows_its_attempt_to_success(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        ids = (claim.rollout.rollout_id, claim.attempt.attempt_id)
+        running = await store.update_attempt(*ids, status=AttemptStatus.RUNNING)
+        assert running.status == AttemptStatus.RUNNING
+        assert (await store.get_rollout(ids[0])).status == RolloutStatus.RUNNING
+        done = await store.update_attempt(*ids, status=AttemptStatus.SUCCEEDED)
+        assert done.status == AttemptStatus.SUCCEEDED
+        assert done.end_time is not None
+        rollout = await store.get_rollout(ids[0])
+        assert rollout.status == RolloutStatus.SUCCEEDED
+        assert rollout.end_time is not None
+
+    async def test_heartbeat_updates_the_attempt(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        ids = (claim.rollout.rollout_id, claim.attempt.attempt_id)
+        beat = await store.update_attempt(*ids)
+        assert beat.status == AttemptStatus.PREPARING
+        assert beat.last_heartbeat_time is not None
+        later = await store.update_attempt(*ids, reason="still thinking")
+        assert later.last_heartbeat_time is not None
+        assert later.last_heartbeat_time >= beat.last_heartbeat_time
+        assert later.reason == "still thinking"
+
+    async def test_a_running_attempt_cannot_go_back(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        ids = (claim.rollout.rollout_id, claim.attempt.attempt_id)
+        await store.update_attempt(*ids, status=AttemptStatus.RUNNING)
+        with pytest.raises(ConflictError):
+            await store.update_attempt(*ids, status=AttemptStatus.PREPARING)
+
+    async def test_update_unknown_attempt_raises(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        with pytest.raises(NotFoundError) as caught:
+            await store.update_attempt(claim.rollout.rollout_id, "at-unknown")
+        assert caught.value.field == "attempt_id"
+        with pytest.raises(NotFoundError):
+            await store.update_attempt("ro-unknown", claim.attempt.attempt_id)
+
+    async def test_failure_without_retries_left_fails_the_rollout(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        ids = (claim.rollout.rollout_id, claim.attempt.attempt_id)
+        await store.update_attempt(*ids, status=AttemptStatus.FAILED, reason="agent raised")
+        rollout = await store.get_rollout(ids[0])
+        assert rollout.status == RolloutStatus.FAILED
+        [attempt] = await store.query_attempts(ids[0])
+        assert attempt.reason == "agent raised"
+        assert await store.dequeue_rollouts() == []
+
+    async def test_failure_is_retried_while_attempts_are_left(self, store: Store) -> None:
+        config = RolloutConfig(max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="failed")
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.REQUEUING
+        [second] = await store.dequeue_rollouts()
+        assert second.rollout.rollout_id == rollout_id
+        assert second.attempt.sequence == 2
+        assert second.attempt.attempt_id != first.attempt.attempt_id
+        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="failed")
+        rollout = await store.get_rollout(rollout_id)
+        assert (rollout.status, rollout.num_attempts) == (RolloutStatus.FAILED, 2)
+        attempts = await store.query_attempts(rollout_id)
+        assert [a.sequence for a in attempts] == [1, 2]
+
+    async def test_retry_on_chooses_which_outcomes_retry(self, store: Store) -> None:
+        config = RolloutConfig(max_attempts=3, retry_on=frozenset({AttemptStatus.TIMEOUT}))
+        [claim] = await _claim(store, RolloutRequest(input=1, config=config))
+        await store.update_attempt(
+            claim.rollout.rollout_id, claim.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        assert (await store.get_rollout(claim.rollout.rollout_id)).status == RolloutStatus.FAILED
+
+    async def test_timeout_is_detected_and_retried(self, store: Store) -> None:
+        config = RolloutConfig(timeout_seconds=0.3, max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="running")
+        claims = await store.dequeue_rollouts(wait=5)
+        assert [claim.rollout.rollout_id for claim in claims] == [rollout_id]
+        [old, new] = await store.query_attempts(rollout_id)
+        assert old.status == AttemptStatus.TIMEOUT
+        assert old.reason and "timeout" in old.reason
+        assert new.sequence == 2
+        # The retry times out too, and no tries are left.
+        await _until(
+            lambda: _status_is(store, rollout_id, RolloutStatus.FAILED), timeout=5, interval=0.1
+        )
+
+    async def test_missing_heartbeats_make_an_attempt_unresponsive(self, store: Store) -> None:
+        config = RolloutConfig(unresponsive_seconds=0.4)
+        [alive, silent] = await _claim(
+            store, RolloutRequest(input=1, config=config), RolloutRequest(input=2, config=config)
+        )
+        for _ in range(6):
+            await asyncio.sleep(0.15)
+            await store.update_attempt(alive.rollout.rollout_id, alive.attempt.attempt_id)
+        silent_rollout = await store.get_rollout(silent.rollout.rollout_id)
+        assert silent_rollout.status == RolloutStatus.FAILED
+        [attempt] = await store.query_attempts(silent.rollout.rollout_id)
+        assert attempt.status == AttemptStatus.UNRESPONSIVE
+        assert (await store.get_rollout(alive.rollout.rollout_id)).status == RolloutStatus.PREPARING
+
+    async def test_late_result_of_a_superseded_attempt_is_refused(self, store: Store) -> None:
+        config = RolloutConfig(timeout_seconds=0.2, max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await asyncio.sleep(0.3)
+        [second] = await store.dequeue_rollouts(wait=5)
+        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="running")
+        with pytest.raises(ConflictError) as caught:
+            await store.update_attempt(rollout_id, first.attempt.attempt_id, status="succeeded")
+        assert "timeout" in caught.value.message
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.RUNNING
+        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="succeeded")
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.SUCCEEDED
+
+    async def test_a_rollout_is_never_counted_finished_twice(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        ids = (claim.rollout.rollout_id, claim.attempt.attempt_id)
+        await store.update_attempt(*ids, status=AttemptStatus.SUCCEEDED)
+        # The same report again (a client retry) changes nothing; a different one is refused.
+        again = await store.update_attempt(*ids, status=AttemptStatus.SUCCEEDED)
+        assert again.status == AttemptStatus.SUCCEEDED
+        with pytest.raises(ConflictError):
+            await store.update_attempt(*ids, status=AttemptStatus.FAILED)
+        with pytest.raises(ConflictError):
+            await store.update_attempt(*ids)  # a heartbeat for a finished attempt
+        stats = await store.statistics()
+        assert stats.rollouts_by_status[RolloutStatus.SUCCEEDED] == 1
+        assert stats.rollouts_by_status[RolloutStatus.FAILED] == 0
+
+    async def test_cancel(self, store: Store) -> None:
+        running, done, queued = await store.enqueue_rollouts(
+            [RolloutRequest(input=i) for i in range(3)]
+        )
+        [claim_running, claim_done] = await store.dequeue_rollouts(limit=2)
+        await store.update_attempt(
+            done.rollout_id, claim_done.attempt.attempt_id, status=AttemptStatus.SUCCEEDED
+        )
+        await store.enqueue_rollouts([RolloutRequest(input=3)])
+        assert (await store.cancel_rollout(running.rollout_id)).status == RolloutStatus.CANCELLED
+        [attempt] = await store.query_attempts(running.rollout_id)
+        assert attempt.status == AttemptStatus.CANCELLED
+        with pytest.raises(ConflictError):
+            await store.update_attempt(
+                running.rollout_id, claim_running.attempt.attempt_id, status="succeeded"
+            )
+        # A finished rollout stays as it was.
+        assert (await store.cancel_rollout(done.rollout_id)).status == RolloutStatus.SUCCEEDED
+        assert (await store.cancel_rollout(queued.rollout_id)).status == RolloutStatus.CANCELLED
+        [claim] = await store.dequeue_rollouts(limit=5)  # only the one enqueued last is left
+        assert claim.rollout.input == 3
+        with pytest.raises(NotFoundError):
+            await store.cancel_rollout("ro-unknown")
+
+    async def test_cancelled_queued_rollout_is_not_claimed(self, store: Store) -> None:
+        [rollout] = await store.enqueue_rollouts([RolloutRequest(input=1)])
+        await store.cancel_rollout(rollout.rollout_id)
+        assert await store.dequeue_rollouts() == []
+
+    async def test_wait_for_rollouts_returns_when_all_finish(self, store: Store) -> None:
+        claims = await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
+
+        async def finish_later() -> None:
+            for claim in claims:
+                await asyncio.sleep(0.2)
+                await store.update_attempt(
+                    claim.rollout.rollout_id, claim.attempt.attempt_id, status="succeeded"
+                )
+
+        task = asyncio.create_task(finish_later())
+        started = time.monotonic()
+        finished = await store.wait_for_rollouts([c.rollout.rollout_id for c in claims], 10)
+        await task
+        assert [r.rollout_id for r in finished] == [c.rollout.rollout_id for c in claims]
+        assert time.monotonic() - started < 5
+
+    async def test_wait_for_rollouts_returns_the_finished_ones_at_timeout(
+        self, store: Store
+    ) -> None:
+        done, pending = await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
+        await store.update_attempt(
+            done.rollout.rollout_id, done.attempt.attempt_id, status="failed"
+        )
+        started = time.monotonic()
+        finished = await store.wait_for_rollouts(
+            [pending.rollout.rollout_id, done.rollout.rollout_id], 0.3
+        )
+        assert time.monotonic() - started >= 0.29
+        assert [r.rollout_id for r in finished] == [done.rollout.rollout_id]
+        with pytest.raises(NotFoundError):
+            await store.wait_for_rollouts(["ro-unknown"], 0.1)
+
+    # --- spans --------------------------------------------------------------------------------
+
+    async def test_spans_round_trip_every_field(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        trace_id = new_trace_id()
+        parent = _span(claim, "agent", trace_id=trace_id, kind=SpanKind.SERVER)
+        child = _span(
+            claim,
+            "llm",
+            trace_id=trace_id,
+            parent_id=parent.span_id,
+            kind=SpanKind.CLIENT,
+            status=SpanStatus(code=StatusCode.ERROR, description="rate limited"),
+            attributes={
+                "text": "héllo",
+                "int": 3,
+                "float": 0.5,
+                "bool": True,
+                "ids": [1, 2, 3],
+                "nested": {"a": [None, "b"]},
+            },
+            events=[SpanEvent(name="retry", time_unix_nano=123, attributes={"n": 1})],
+            links=[SpanLink(trace_id=new_trace_id(), span_id=new_span_id(), attributes={})],
+            resource={"service.name": "suite"},
+            end_time_unix_nano=None,
+        )
+        stored = await store.add_spans([parent, child])
+        assert [span.sequence_id for span in stored] == [1, 2]
+        back = await store.query_spans(claim.rollout.rollout_id)
+        assert back == stored
+        assert back[1].model_dump(exclude={"sequence_id"}) == child.model_dump(
+            exclude={"sequence_id"}
+        )
+
+    async def test_sequence_ids_increase_per_rollout_across_batches(self, store: Store) -> None:
+        first, second = await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
+        await store.add_spans([_span(first, f"a{i}") for i in range(3)])
+        await store.add_spans([_span(second, "b0"), _span(first, "a3"), _span(second, "b1")])
+        spans_first = await store.query_spans(first.rollout.rollout_id)
+        spans_second = await store.query_spans(second.rollout.rollout_id)
+        assert [(s.name, s.sequence_id) for s in spans_first] == [
+            ("a0", 1),
+            ("a1", 2),
+            ("a2", 3),
+            ("a3", 4),
+        ]
+        assert [(s.name, s.sequence_id) for s in spans_second] == [("b0", 1), ("b1", 2)]
+
+    async def test_re_adding_a_span_stores_it_once(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        spans = [_span(claim, f"s{i}") for i in range(3)]
+        first = await store.add_spans(spans)
+        new = _span(claim, "s3")
+        again = await store.add_spans([spans[1], new, spans[1]])
+        assert [s.sequence_id for s in first] == [1, 2, 3]
+        assert [s.sequence_id for s in again] == [2, 4, 2]
+        assert len(await store.query_spans(claim.rollout.rollout_id)) == 4
+        assert (await store.statistics()).spans == 4
+
+    async def test_a_batch_with_one_bad_span_is_rejected_whole(self, store: Store) -> None:
+        [claim] = await _claim(store)
+        await store.add_spans([_span(claim, "kept")])
+        orphan = Span.create(rollout_id="ro-unknown", attempt_id="at-x", name="orphan")
+        with pytest.raises(NotFoundError) as caught:
+            await store.add_spans([_span(claim, "a"), orphan, _span(claim, "b")])
+        assert caught.value.field == "spans[1].rollout_id"
+        wrong_attempt = Span.create(
+            rollout_id=claim.rollout.rollout_id, attempt_id="at-unknown", name="x"
+        )
+        with pytest.raises(NotFoundError) as caught:
+            await store.add_spans([wrong_attempt])
+        assert caught.value.field == "spans[0].attempt_id"
+        assert [s.name for s in await store.query_spans(claim.rollout.rollout_id)] == ["kept"]
+
+    async def test_query_spans_of_one_attempt(self, store: Store) -> None:
+        config = RolloutConfig(max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await store.add_spans([_span(first, "try1")])
+        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="failed")
+        [second] = await store.dequeue_rollouts()
+        await store.add_spans([_span(second, "try2")])
+        # Spans that arrive after their attempt ended are still kept (a late flush).
+        await store.add_spans([_span(first, "try1-late")])
+        everything = await store.query_spans(rollout_id)
+        assert [s.name for s in everything] == ["try1", "try2", "try1-late"]
+        only_second = await store.query_spans(rollout_id, second.attempt.attempt_id)
+        assert [s.name for s in only_second] == ["try2"]
+        with pytest.raises(NotFoundError):
+            await store.query_spans("ro-unknown")
+        with pytest.raises(NotFoundError):
+            await store.query_spans(rollout_id, "at-unknown")
+
+    async def test_add_spans_rejects_what_is_not_a_span_list(self, store: Store) -> None:
+        with pytest.raises(InvalidInputError):
+            await store.add_spans("not a list")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError) as caught:
+            await store.add_spans([{"name": "dict"}])  # type: ignore[list-item]
+        assert caught.value.field == "spans[0]"
+        assert await store.add_spans([]) == []
+
+    async def test_spans_keep_a_live_attempt_alive(self, store: Store) -> None:
+        config = RolloutConfig(unresponsive_seconds=0.5)
+        [claim] = await _claim(store, RolloutRequest(input=1, config=config))
+        for i in range(8):
+            await asyncio.sleep(0.15)
+            await store.add_spans([_span(claim, f"s{i}")])
+        rollout = await store.get_rollout(claim.rollout.rollout_id)
+        assert rollout.status == RolloutStatus.PREPARING
+
+    # --- resources ----------------------------------------------------------------------------
+
+    async def test_resources_are_versioned(self, store: Store) -> None:
+        assert await store.get_resources() is None
+        v1 = await store.add_resources({"llm": LLM(endpoint="http://a/v1", model="m1")})
+        v2 = await store.add_resources({"llm": LLM(endpoint="http://a/v1", model="m2")})
+        assert (v1.version, v2.version) == (1, 2)
+        assert v1.resources_id != v2.resources_id
+        latest = await store.get_resources()
+        assert latest == v2
+        assert await store.get_resources(v1.resources_id) == v1
+        with pytest.raises(NotFoundError):
+            await store.get_resources("rs-unknown")
+
+    async def test_resources_round_trip_their_types(self, store: Store) -> None:
+        resources: dict[str, Resource] = {
+            "llm": LLM(endpoint="http://a/v1", model="m", sampling_parameters={"temperature": 0.7}),
+            "prompt": PromptTemplate(template="Q: {{ q }}", engine="jinja2"),
+            "plugin": _SuiteResource(weights_path="/ckpt/7", step=7),
+        }
+        update = await store.add_resources(resources, resources_id="rs-fixed")
+        back = await store.get_resources("rs-fixed")
+        assert back == update
+        assert back is not None
+        assert isinstance(back.resources["prompt"], PromptTemplate)
+        assert back.resources["prompt"].format(q="why?") == "Q: why?"
+        assert isinstance(back.resources["plugin"], _SuiteResource)
+        assert back.resources["plugin"].step == 7
+        # A set published twice under one id is stored once.
+        again = await store.add_resources({"llm": LLM(endpoint="x", model="y")}, "rs-fixed")
+        assert again == update
+        assert (await store.statistics()).resources == 1
+
+    async def test_rollouts_can_name_their_resources(self, store: Store) -> None:
+        update = await store.add_resources({"llm": LLM(endpoint="http://a/v1", model="m")})
+        [rollout] = await store.enqueue_rollouts(
+            [RolloutRequest(input=1, resources_id=update.resources_id)]
+        )
+        assert (await store.get_rollout(rollout.rollout_id)).resources_id == update.resources_id
+
+    # --- concurrency and isolation ------------------------------------------------------------
+
+    async def test_concurrent_claims_never_share_a_rollout(self, store: Store) -> None:
+        await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(40)])
+
+        async def runner(name: str) -> list[str]:
+            claimed = []
+            while claims := await store.dequeue_rollouts(limit=3, worker_id=name):
+                claimed.extend(claim.rollout.rollout_id for claim in claims)
+            return claimed
+
+        results = await asyncio.gather(*(runner(f"w{i}") for i in range(8)))
+        everything = [rollout_id for result in results for rollout_id in result]
+        assert len(everything) == 40
+        assert len(set(everything)) == 40
+
+    async def test_concurrent_span_writers_get_distinct_sequence_ids(self, store: Store) -> None:
+        [claim] = await _claim(store)
+
+        async def writer(index: int) -> None:
+            for batch in range(5):
+                await store.add_spans([_span(claim, f"w{index}-{batch}-{i}") for i in range(4)])
+
+        await asyncio.gather(*(writer(i) for i in range(10)))
+        spans = await store.query_spans(claim.rollout.rollout_id)
+        assert [span.sequence_id for span in spans] == list(range(1, 201))
+        assert len({span.span_id for span in spans}) == 200
+
+    async def test_returned_objects_are_not_the_stored_ones(self, store: Store) -> None:
+        [rollout] = await store.enqueue_rollouts([RolloutRequest(input={"a": 1})])
+        rollout.metadata["changed"] = True
+        assert isinstance(rollout.input, dict)
+        rollout.input["a"] = 2
+        fetched = await store.get_rollout(rollout.rollout_id)
+        assert fetched.input == {"a": 1}
+        assert fetched.metadata == {}
+
+    async def test_statistics_count_what_is_stored(self, store: Store) -> None:
+        claims = await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
+        await store.enqueue_rollouts([RolloutRequest(input=3)])
+        await store.add_spans([_span(claims[0], "s"), _span(claims[1], "t")])
+        await store.update_attempt(
+            claims[0].rollout.rollout_id, claims[0].attempt.attempt_id, status="succeeded"
+        )
+        await store.add_resources({"llm": LLM(endpoint="e", model="m")})
+        stats = await store.statistics()
+        assert stats.rollouts == 3
+        assert stats.rollouts_by_status[RolloutStatus.SUCCEEDED] == 1
+        assert stats.rollouts_by_status[RolloutStatus.PREPARING] == 1
+        assert stats.rollouts_by_status[RolloutStatus.QUEUING] == 1
+        assert (stats.attempts, stats.spans, stats.resources, stats.workers) == (2, 2, 1, 1)
+
+    # --- persistence (backends with persistent = True) ---------------------------------------
+
+    async def test_data_survives_reopening(
+        self, store: Store, request: pytest.FixtureRequest
+    ) -> None:
+        if not self.persistent:
+            pytest.skip("this backend does not keep data across a reopen (persistent = False)")
+        reopen: Callable[[Store], Awaitable[Store]] = request.getfixturevalue("reopen")
+        config = RolloutConfig(max_attempts=2)
+        [claim] = await _claim(store, RolloutRequest(input={"x": 1}, config=config))
+        await store.add_spans([_span(claim, f"s{i}") for i in range(3)])
+        update = await store.add_resources({"llm": LLM(endpoint="e", model="m")})
+        await store.enqueue_rollouts([RolloutRequest(input="queued")])
+        store = await reopen(store)
+        rollout = await store.get_rollout(claim.rollout.rollout_id)
+        assert rollout.input == {"x": 1}
+        assert [s.name for s in await store.query_spans(rollout.rollout_id)] == ["s0", "s1", "s2"]
+        assert await store.get_resources() == update
+        # Sequence ids go on after the stored ones; the queue is intact.
+        [more] = await store.add_spans([_span(claim, "s3")])
+        assert more.sequence_id == 4
+        [next_claim] = await store.dequeue_rollouts()
+        assert next_claim.rollout.input == "queued"
+
+
+async def _status_is(store: Store, rollout_id: str, status: RolloutStatus) -> bool:
+    return (await store.get_rollout(rollout_id)).status == status
