@@ -113,9 +113,8 @@ class StoreConformance:
             if mine is member:
                 continue
             marks = [mark for mark in getattr(mine, "pytestmark", []) if mark.name == "xfail"]
-            assert marks and marks[0].kwargs.get("reason"), (
-                f"{name} is overridden without @pytest.mark.xfail(reason=...)"
-            )
+            reason = marks[0].kwargs.get("reason") if marks else None
+            assert reason, f"{name} is overridden without @pytest.mark.xfail(reason=...)"
 
     # --- rollouts -----------------------------------------------------------------------------
 
@@ -282,13 +281,17 @@ class StoreConformance:
         config = RolloutConfig(max_attempts=2)
         [first] = await _claim(store, RolloutRequest(input=1, config=config))
         rollout_id = first.rollout.rollout_id
-        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="failed")
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
         assert (await store.get_rollout(rollout_id)).status == RolloutStatus.REQUEUING
         [second] = await store.dequeue_rollouts()
         assert second.rollout.rollout_id == rollout_id
         assert second.attempt.sequence == 2
         assert second.attempt.attempt_id != first.attempt.attempt_id
-        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="failed")
+        await store.update_attempt(
+            rollout_id, second.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
         rollout = await store.get_rollout(rollout_id)
         assert (rollout.status, rollout.num_attempts) == (RolloutStatus.FAILED, 2)
         attempts = await store.query_attempts(rollout_id)
@@ -306,12 +309,15 @@ class StoreConformance:
         config = RolloutConfig(timeout_seconds=0.3, max_attempts=2)
         [first] = await _claim(store, RolloutRequest(input=1, config=config))
         rollout_id = first.rollout.rollout_id
-        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="running")
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.RUNNING
+        )
         claims = await store.dequeue_rollouts(wait=5)
         assert [claim.rollout.rollout_id for claim in claims] == [rollout_id]
         [old, new] = await store.query_attempts(rollout_id)
         assert old.status == AttemptStatus.TIMEOUT
-        assert old.reason and "timeout" in old.reason
+        assert old.reason is not None
+        assert "timeout" in old.reason
         assert new.sequence == 2
         # The retry times out too, and no tries are left.
         await _until(
@@ -338,12 +344,18 @@ class StoreConformance:
         rollout_id = first.rollout.rollout_id
         await asyncio.sleep(0.3)
         [second] = await store.dequeue_rollouts(wait=5)
-        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="running")
+        await store.update_attempt(
+            rollout_id, second.attempt.attempt_id, status=AttemptStatus.RUNNING
+        )
         with pytest.raises(ConflictError) as caught:
-            await store.update_attempt(rollout_id, first.attempt.attempt_id, status="succeeded")
+            await store.update_attempt(
+                rollout_id, first.attempt.attempt_id, status=AttemptStatus.SUCCEEDED
+            )
         assert "timeout" in caught.value.message
         assert (await store.get_rollout(rollout_id)).status == RolloutStatus.RUNNING
-        await store.update_attempt(rollout_id, second.attempt.attempt_id, status="succeeded")
+        await store.update_attempt(
+            rollout_id, second.attempt.attempt_id, status=AttemptStatus.SUCCEEDED
+        )
         assert (await store.get_rollout(rollout_id)).status == RolloutStatus.SUCCEEDED
 
     async def test_a_rollout_is_never_counted_finished_twice(self, store: Store) -> None:
@@ -375,7 +387,7 @@ class StoreConformance:
         assert attempt.status == AttemptStatus.CANCELLED
         with pytest.raises(ConflictError):
             await store.update_attempt(
-                running.rollout_id, claim_running.attempt.attempt_id, status="succeeded"
+                running.rollout_id, claim_running.attempt.attempt_id, status=AttemptStatus.SUCCEEDED
             )
         # A finished rollout stays as it was.
         assert (await store.cancel_rollout(done.rollout_id)).status == RolloutStatus.SUCCEEDED
@@ -397,7 +409,9 @@ class StoreConformance:
             for claim in claims:
                 await asyncio.sleep(0.2)
                 await store.update_attempt(
-                    claim.rollout.rollout_id, claim.attempt.attempt_id, status="succeeded"
+                    claim.rollout.rollout_id,
+                    claim.attempt.attempt_id,
+                    status=AttemptStatus.SUCCEEDED,
                 )
 
         task = asyncio.create_task(finish_later())
@@ -412,7 +426,7 @@ class StoreConformance:
     ) -> None:
         done, pending = await _claim(store, RolloutRequest(input=1), RolloutRequest(input=2))
         await store.update_attempt(
-            done.rollout.rollout_id, done.attempt.attempt_id, status="failed"
+            done.rollout.rollout_id, done.attempt.attempt_id, status=AttemptStatus.FAILED
         )
         started = time.monotonic()
         finished = await store.wait_for_rollouts(
@@ -502,7 +516,9 @@ class StoreConformance:
         [first] = await _claim(store, RolloutRequest(input=1, config=config))
         rollout_id = first.rollout.rollout_id
         await store.add_spans([_span(first, "try1")])
-        await store.update_attempt(rollout_id, first.attempt.attempt_id, status="failed")
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
         [second] = await store.dequeue_rollouts()
         await store.add_spans([_span(second, "try2")])
         # Spans that arrive after their attempt ended are still kept (a late flush).
@@ -579,7 +595,7 @@ class StoreConformance:
         await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(40)])
 
         async def runner(name: str) -> list[str]:
-            claimed = []
+            claimed: list[str] = []
             while claims := await store.dequeue_rollouts(limit=3, worker_id=name):
                 claimed.extend(claim.rollout.rollout_id for claim in claims)
             return claimed
@@ -615,7 +631,9 @@ class StoreConformance:
         await store.enqueue_rollouts([RolloutRequest(input=3)])
         await store.add_spans([_span(claims[0], "s"), _span(claims[1], "t")])
         await store.update_attempt(
-            claims[0].rollout.rollout_id, claims[0].attempt.attempt_id, status="succeeded"
+            claims[0].rollout.rollout_id,
+            claims[0].attempt.attempt_id,
+            status=AttemptStatus.SUCCEEDED,
         )
         await store.add_resources({"llm": LLM(endpoint="e", model="m")})
         stats = await store.statistics()

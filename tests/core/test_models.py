@@ -1,0 +1,69 @@
+"""The data model validates what it is given and says what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Span
+from agl.spans import new_span_id, new_trace_id
+
+
+def test_span_ids_must_be_lowercase_hex_of_the_right_length() -> None:
+    good = Span.create(rollout_id="ro", attempt_id="at", name="x")
+    assert len(good.trace_id) == 32
+    assert len(good.span_id) == 16
+    for field, value in [("trace_id", "XYZ"), ("span_id", "0" * 15), ("parent_id", "g" * 16)]:
+        with pytest.raises(ValidationError) as caught:
+            Span.model_validate({**good.model_dump(), field: value})
+        assert caught.value.errors()[0]["loc"] == (field,)
+
+
+def test_span_rejects_unknown_fields_and_bad_attribute_values() -> None:
+    base = Span.create(rollout_id="ro", attempt_id="at", name="x").model_dump()
+    with pytest.raises(ValidationError):
+        Span.model_validate({**base, "surprise": 1})
+    with pytest.raises(ValidationError):
+        Span.model_validate({**base, "attributes": {"obj": object()}})
+
+
+def test_span_duration() -> None:
+    span = Span.create(
+        rollout_id="ro",
+        attempt_id="at",
+        name="x",
+        start_time_unix_nano=0,
+        end_time_unix_nano=2_500_000_000,
+    )
+    assert span.duration_seconds == 2.5
+    open_span = span.model_copy(update={"end_time_unix_nano": None})
+    assert open_span.duration_seconds is None
+
+
+def test_new_ids_are_unique_and_valid() -> None:
+    assert len({new_trace_id() for _ in range(1000)}) == 1000
+    assert len({new_span_id() for _ in range(1000)}) == 1000
+
+
+def test_rollout_config_checks_its_values() -> None:
+    with pytest.raises(ValidationError, match="max_attempts"):
+        RolloutConfig(max_attempts=0)
+    with pytest.raises(ValidationError, match="timeout_seconds"):
+        RolloutConfig(timeout_seconds=-1)
+    with pytest.raises(ValidationError, match="cannot retry on"):
+        RolloutConfig(retry_on=frozenset({AttemptStatus.SUCCEEDED}))
+
+
+def test_rollout_request_round_trips_through_json() -> None:
+    request = RolloutRequest(
+        input={"q": [1, 2]}, mode="test", config=RolloutConfig(max_attempts=2), metadata={"k": "v"}
+    )
+    assert RolloutRequest.model_validate_json(request.model_dump_json()) == request
+    with pytest.raises(ValidationError, match="mode"):
+        RolloutRequest(input=1, mode="eval")  # type: ignore[arg-type]
+
+
+def test_status_predicates_match_the_state_machine() -> None:
+    assert {s for s in RolloutStatus if s.is_final} == {"succeeded", "failed", "cancelled"}
+    assert {s for s in RolloutStatus if s.is_claimable} == {"queuing", "requeuing"}
+    assert {s for s in AttemptStatus if not s.is_final} == {"preparing", "running"}

@@ -1,0 +1,71 @@
+"""open_store picks a backend by URL and rejects what it cannot open, saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agl
+from agl.store.http import HttpStore
+from agl.store.memory import MemoryStore
+from agl.store.sqlite import SQLiteStore
+
+
+@pytest.mark.anyio
+async def test_backends_by_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(agl.open_store("memory://"), MemoryStore)
+    absolute = agl.open_store(f"sqlite:///{tmp_path}/a.db")
+    assert isinstance(absolute, SQLiteStore)
+    assert absolute.path == tmp_path / "a.db"
+    await absolute.close()
+    monkeypatch.chdir(tmp_path)
+    relative = agl.open_store("sqlite:///rel.db?synchronous=normal&poll_interval=0.05")
+    assert isinstance(relative, SQLiteStore)
+    assert relative.path == Path("rel.db")
+    await relative.close()
+    assert (tmp_path / "rel.db").exists()
+    remote = agl.open_store("http://127.0.0.1:1", token="t")
+    assert isinstance(remote, HttpStore)
+    assert remote.url == "http://127.0.0.1:1"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgres://x", "unknown store URL scheme"),
+        ("no-scheme", "must look like"),
+        ("sqlite:///", "no file path"),
+        ("sqlite:///x.db?color=blue", "unknown SQLite store option"),
+        ("sqlite:///x.db?synchronous=sometimes", "synchronous must be"),
+        ("sqlite:///missing-folder/x.db", "does not exist"),
+        ("sqlite://host/x.db", "names a host"),
+        ("http://", "http://host:port"),
+    ],
+)
+def test_bad_urls_are_refused_clearly(
+    url: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(agl.InvalidInputError, match=message):
+        agl.open_store(url)
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database " * 100)
+    with pytest.raises(agl.InvalidInputError, match="not a usable SQLite database"):
+        agl.open_store(f"sqlite:///{path}")
+    assert path.read_text().startswith("these are my notes")
+
+
+@pytest.mark.anyio
+async def test_unreachable_http_store_raises_store_unavailable() -> None:
+    async with agl.open_store("http://127.0.0.1:9", retries=1, timeout=2) as store:
+        with pytest.raises(agl.StoreUnavailableError, match="unreachable"):
+            await store.statistics()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

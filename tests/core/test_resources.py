@@ -1,0 +1,120 @@
+"""Resources: prompt templates really format, the registry round-trips plugin types."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+import agl
+from agl import LLM, GenericResource, PromptTemplate, Resource, ResourcesUpdate, TemplateFormatError
+
+
+def test_fstring_template_formats() -> None:
+    template = PromptTemplate(template="Answer {question} in {n} words.")
+    assert template.format(question="why?", n=3) == "Answer why? in 3 words."
+    assert template.variables() == {"question", "n"}
+
+
+def test_fstring_template_names_the_missing_variable() -> None:
+    template = PromptTemplate(template="Answer {question}.")
+    with pytest.raises(TemplateFormatError) as caught:
+        template.format(other=1)
+    assert caught.value.field == "question"
+    assert "question" in caught.value.message
+
+
+def test_fstring_template_reports_malformed_templates() -> None:
+    with pytest.raises(TemplateFormatError):
+        PromptTemplate(template="Answer {question").format(question="x")
+
+
+def test_jinja2_template_formats_with_logic() -> None:
+    template = PromptTemplate(
+        template="{% for q in questions %}Q{{ loop.index }}: {{ q }}\n{% endfor %}",
+        engine="jinja2",
+    )
+    assert template.format(questions=["a", "b"]) == "Q1: a\nQ2: b\n"
+    assert template.variables() == {"questions"}
+
+
+def test_jinja2_template_undefined_variable_is_an_error() -> None:
+    with pytest.raises(TemplateFormatError) as caught:
+        PromptTemplate(template="Hi {{ name }}", engine="jinja2").format()
+    assert "name" in caught.value.message
+
+
+def test_jinja2_template_runs_sandboxed() -> None:
+    # Templates may come from an optimizer model: no access to Python internals.
+    template = PromptTemplate(template="{{ x.__class__.__mro__ }}", engine="jinja2")
+    with pytest.raises(TemplateFormatError):
+        template.format(x=1)
+
+
+def test_unknown_engine_is_rejected() -> None:
+    with pytest.raises(ValueError, match="engine"):
+        PromptTemplate(template="x", engine="mustache")  # type: ignore[arg-type]
+
+
+def test_resources_update_parses_members_by_type_tag() -> None:
+    update = ResourcesUpdate.model_validate(
+        {
+            "resources_id": "rs-1",
+            "version": 1,
+            "resources": {
+                "llm": {"type": "llm", "endpoint": "http://h/v1", "model": "m"},
+                "prompt": {"type": "prompt_template", "template": "{x}"},
+                "exotic": {"type": "not-registered-here", "anything": [1, 2]},
+            },
+        }
+    )
+    assert isinstance(update.resources["llm"], LLM)
+    assert isinstance(update.resources["prompt"], PromptTemplate)
+    exotic = update.resources["exotic"]
+    assert isinstance(exotic, GenericResource)
+    # Nothing of an unknown type is lost on the way back out.
+    assert update.model_dump()["resources"]["exotic"] == {
+        "type": "not-registered-here",
+        "anything": [1, 2],
+    }
+
+
+def test_resources_update_names_the_bad_member() -> None:
+    with pytest.raises(ValueError, match=r"resource 'llm'.*model"):
+        ResourcesUpdate.model_validate(
+            {
+                "resources_id": "rs",
+                "version": 1,
+                "resources": {"llm": {"type": "llm", "endpoint": "e"}},
+            }
+        )
+    with pytest.raises(ValueError, match="'type'"):
+        ResourcesUpdate.model_validate(
+            {"resources_id": "rs", "version": 1, "resources": {"x": {"no": "type"}}}
+        )
+
+
+def test_register_resource_type() -> None:
+    class Adapter(Resource):
+        type: Literal["test-lora-adapter"] = "test-lora-adapter"
+        path: str
+
+    agl.register_resource_type(Adapter)
+    assert agl.resource_types()["test-lora-adapter"] is Adapter
+    update = ResourcesUpdate.model_validate_json(
+        ResourcesUpdate(
+            resources_id="rs", version=1, resources={"a": Adapter(path="/w")}
+        ).model_dump_json()
+    )
+    assert update.resources["a"] == Adapter(path="/w")
+
+    class Clash(Resource):
+        type: Literal["llm"] = "llm"
+
+    with pytest.raises(agl.InvalidInputError, match="already registered"):
+        agl.register_resource_type(Clash)
+
+
+def test_llm_requires_endpoint_and_model() -> None:
+    with pytest.raises(ValueError, match="model"):
+        LLM(endpoint="http://h/v1", model="")
