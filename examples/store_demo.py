@@ -50,7 +50,7 @@ def start_server(db_url: str, port: int) -> subprocess.Popen[bytes]:
             str(port),
             "--log-level",
             "warning",
-        ],  # fmt: skip
+        ],
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -100,7 +100,7 @@ async def drive(url: str, tasks: int, runners: int) -> None:
             [
                 RolloutRequest(input={"index": i, "question": f"{i} + {i}"}, config=config)
                 for i in range(tasks)
-            ]  # fmt: skip
+            ]
         )
         with Progress(console=console) as progress:
             task_id = progress.add_task("rollouts", total=tasks)
