@@ -60,23 +60,33 @@ class TestHttpStoreOverSQLite(StoreConformance):
     persistent = True
 
     @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[agl.Store]:
+    async def opened(self, tmp_path: Path) -> AsyncIterator[list[agl.Store]]:
         self._server = StoreServer(f"sqlite:///{tmp_path}/store.db")
         self._server.start()
+        stores: list[agl.Store] = []
         try:
-            async with agl.open_store(self._server.url) as store:
-                yield store
+            yield stores
         finally:
+            for store in stores:
+                await store.close()
             self._server.stop()
 
     @pytest.fixture
-    def reopen(self, tmp_path: Path) -> Callable[[agl.Store], Awaitable[agl.Store]]:
+    async def store(self, opened: list[agl.Store]) -> agl.Store:
+        opened.append(agl.open_store(self._server.url))
+        return opened[-1]
+
+    @pytest.fixture
+    def reopen(
+        self, tmp_path: Path, opened: list[agl.Store]
+    ) -> Callable[[agl.Store], Awaitable[agl.Store]]:
         async def reopen(store: agl.Store) -> agl.Store:
-            # Restart the server on the same file: the client sees the same data.
+            # Restart the server on the same file: a new client sees the same data.
             await store.close()
             self._server.stop()
             self._server = StoreServer(f"sqlite:///{tmp_path}/store.db")
             self._server.start()
-            return agl.open_store(self._server.url)
+            opened.append(agl.open_store(self._server.url))
+            return opened[-1]
 
         return reopen

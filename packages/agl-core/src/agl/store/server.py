@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agl.errors import AglError, InvalidInputError
+from agl.errors import AglError, InvalidInputError, NotFoundError
 from agl.resources import ResourcesUpdate
 from agl.rollouts import (
     Attempt,
@@ -270,12 +270,17 @@ def create_app(
         from agl.store import otlp
 
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        spans = otlp.decode_traces(await request.body(), content_type)
-        if spans:
-            await store.add_spans(spans)
+        try:
+            spans = otlp.decode_traces(await request.body(), content_type)
+            if spans:
+                await store.add_spans(spans)
+        except (InvalidInputError, NotFoundError) as exc:
+            # OTLP/HTTP says bad data is a 400 (and that senders must not retry it).
+            raise _MalformedBody(exc.message, field=exc.field, value=exc.value) from None
         content, media_type = otlp.encode_response(content_type)
         return Response(content=content, media_type=media_type)
 
+    app.add_middleware(_UnexpectedErrorMiddleware)
     app.add_middleware(_BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     if token:
         app.add_middleware(_BearerTokenMiddleware, token=token)
@@ -358,13 +363,6 @@ def _install_error_handlers(app: FastAPI) -> None:
             {"error": {"type": kind, "message": str(exc.detail)}}, status_code=exc.status_code
         )
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("store server failed on %s %s", request.method, request.url.path)
-        return JSONResponse(
-            {"error": {"type": "StoreError", "message": f"internal error ({type(exc).__name__})"}},
-            status_code=500,
-        )
 
 
 # --- middleware (plain ASGI, so they also guard bodies streamed without a length) --------------
@@ -431,16 +429,54 @@ class _BodyLimitMiddleware:
             await _send_json(send, 413, too_large)
             return
         received = 0
+        exceeded = False
         response_started = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
+                    exceeded = True
                     raise _BodyTooLarge
             return message
+
+        async def guarded_send(message: Message) -> None:
+            # Whatever the app answers to a body it could not finish reading (FastAPI turns
+            # the error into a 400), the client is told the real reason: 413.
+            nonlocal response_started
+            if exceeded:
+                if not response_started:
+                    response_started = True
+                    await _send_json(send, 413, too_large)
+                return
+            response_started = response_started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except _BodyTooLarge:
+            if not response_started:
+                response_started = True
+                await _send_json(send, 413, too_large)
+
+
+class _UnexpectedErrorMiddleware:
+    """Answer the server's own failures with a JSON 500, keeping the connection usable.
+
+    Handled here rather than by an ``Exception`` handler, which Starlette runs in its outermost
+    layer and then re-raises, so uvicorn drops the keep-alive connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response_started = False
 
         async def tracking_send(message: Message) -> None:
             nonlocal response_started
@@ -448,10 +484,15 @@ class _BodyLimitMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, receive, tracking_send)
         except _BodyTooLarge:
-            if not response_started:
-                await _send_json(send, 413, too_large)
+            raise
+        except Exception as exc:
+            logger.exception("store server failed on %s %s", scope.get("method"), scope["path"])
+            if response_started:
+                raise
+            body = {"type": "StoreError", "message": f"internal error ({type(exc).__name__})"}
+            await _send_json(send, 500, {"error": body})
 
 
 class _BodyTooLarge(Exception):
