@@ -364,7 +364,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
-
 # --- middleware (plain ASGI, so they also guard bodies streamed without a length) --------------
 
 
