@@ -84,9 +84,13 @@ class Span(BaseModel):
 
     A span is identified within its attempt by ``(trace_id, span_id)``; adding the same span to
     a store twice stores it once, so a client may retry a batch freely.
+
+    Spans are records of what happened: the model is frozen, and stores hand the same instances
+    to every reader instead of copying them. Treat ``attributes`` and the other containers as
+    read-only too; build a changed span with ``model_copy(update=...)``.
     """
 
-    model_config = ConfigDict(defer_build=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     rollout_id: str = Field(min_length=1)
     attempt_id: str = Field(min_length=1)

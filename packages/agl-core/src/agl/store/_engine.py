@@ -228,14 +228,13 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
     for key in fresh:
         per_rollout[key[0]] = per_rollout.get(key[0], 0) + 1
     next_id = {rid: tx.spans_reserve(rid, count) for rid, count in per_rollout.items()}
-    to_insert = []
+    stored: dict[SpanKey, Span] = {}
     for key, span in fresh.items():
         sequence_id = next_id[key[0]]
         next_id[key[0]] = sequence_id + 1
-        known[key] = sequence_id
-        to_insert.append(span.model_copy(update={"sequence_id": sequence_id}))
-    if to_insert:
-        tx.spans_insert(to_insert)
+        stored[key] = span.model_copy(update={"sequence_id": sequence_id})
+    if stored:
+        tx.spans_insert(list(stored.values()))
     for attempt in attempts.values():
         # Spans from a live attempt show it is alive; refreshing at most every
         # HEARTBEAT_REFRESH_SECONDS keeps a stream of small batches from rewriting it each time.
@@ -245,12 +244,15 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
             rollout = tx.rollout_get(attempt.rollout_id)
             if rollout is not None:
                 tx.attempt_upsert(attempt, _deadline(rollout, attempt))
-    return [
-        span
-        if span.sequence_id == known[key]
-        else span.model_copy(update={"sequence_id": known[key]})
-        for key, span in zip(keys, spans, strict=True)
-    ]
+    result = []
+    for key, span in zip(keys, spans, strict=True):
+        if key in stored:
+            result.append(stored[key])  # spans are frozen: sharing the stored one is safe
+        elif span.sequence_id == known[key]:
+            result.append(span)
+        else:
+            result.append(span.model_copy(update={"sequence_id": known[key]}))
+    return result
 
 
 def query_spans(tx: Transaction, rollout_id: str, attempt_id: str | None) -> list[Span]:

@@ -250,7 +250,7 @@ class HttpStore:
         spans = as_list(spans, "spans", Span)
         if not spans:
             return []
-        body = b'{"spans":' + _spans.dump_json(spans, exclude={"sequence_id"}) + b"}"
+        body = b'{"spans":' + _spans.dump_json(spans, exclude_defaults=True) + b"}"
         data = await self._request("POST", "/v1/spans", content=body)
         return [
             span.model_copy(update={"sequence_id": sequence_id})

@@ -118,12 +118,12 @@ class _MemoryTransaction:
             self.span_index[key] = span.sequence_id
 
     def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
-        # Spans are stored in sequence order already: sequence ids are assigned on append.
-        return [
-            span.model_copy(deep=True)
-            for span in self.spans.get(rollout_id, [])
-            if attempt_id is None or span.attempt_id == attempt_id
-        ]
+        # Stored in sequence order already (ids are assigned on append); spans are frozen, so
+        # readers share the stored instances.
+        spans = self.spans.get(rollout_id, [])
+        if attempt_id is None:
+            return list(spans)
+        return [span for span in spans if span.attempt_id == attempt_id]
 
     # resources
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None:

@@ -37,6 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from agl.errors import AglError, InvalidInputError, NotFoundError
 from agl.resources import ResourcesUpdate
@@ -486,6 +487,8 @@ class _UnexpectedErrorMiddleware:
             await self.app(scope, receive, tracking_send)
         except _BodyTooLarge:
             raise
+        except ClientDisconnect:
+            logger.debug("client went away during %s %s", scope.get("method"), scope["path"])
         except Exception as exc:
             logger.exception("store server failed on %s %s", scope.get("method"), scope["path"])
             if response_started:
