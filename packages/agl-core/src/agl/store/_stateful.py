@@ -16,8 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Self, TypeVar
+from typing import TypeVar
 
 from agl.errors import InvalidInputError
 from agl.resources import Resource, ResourcesUpdate
@@ -36,7 +35,7 @@ from agl.spans import Span
 from agl.store import _engine as engine
 from agl.store._checks import as_list, as_resources
 from agl.store._tx import Transaction
-from agl.store.base import StoreStatistics
+from agl.store.base import ClosingStore, StoreStatistics
 
 T = TypeVar("T")
 
@@ -78,7 +77,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class StatefulStore(abc.ABC):
+class StatefulStore(ClosingStore):
     """The :class:`~agl.store.base.Store` API over the engine, for memory and SQLite."""
 
     def __init__(self, url: str, *, poll_interval: float = 0.25) -> None:
@@ -225,17 +224,6 @@ class StatefulStore(abc.ABC):
 
     async def close(self) -> None:
         self._closed = True
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def _read(self, operation: Callable[[Transaction], T]) -> T:
         """Run a read after ending any attempts past their deadline, so reads see them."""

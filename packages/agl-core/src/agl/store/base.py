@@ -16,6 +16,7 @@ Calls are batched where volume lives (``add_spans``, ``enqueue_rollouts``,
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
@@ -36,7 +37,7 @@ from agl.rollouts import (
 )
 from agl.spans import Span
 
-__all__ = ["Store", "StoreStatistics"]
+__all__ = ["ClosingStore", "Store", "StoreStatistics"]
 
 
 class StoreStatistics(BaseModel):
@@ -175,3 +176,22 @@ class Store(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+class ClosingStore(abc.ABC):
+    """Async-context-manager support for store implementations: leaving the block closes."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -13,8 +13,7 @@ import asyncio
 import os
 import random
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -42,7 +41,7 @@ from agl.rollouts import (
 )
 from agl.spans import Span
 from agl.store._checks import as_list, as_resources
-from agl.store.base import StoreStatistics
+from agl.store.base import ClosingStore, StoreStatistics
 
 __all__ = ["HttpStore"]
 
@@ -61,7 +60,7 @@ _MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, htt
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-class HttpStore:
+class HttpStore(ClosingStore):
     """A :class:`~agl.store.base.Store` backed by a remote ``agl store serve``.
 
     Args:
@@ -313,17 +312,6 @@ class HttpStore:
                 await client.aclose()
             elif not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 def _decode(response: httpx.Response) -> Any:
