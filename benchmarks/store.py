@@ -22,6 +22,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
 import socket
 import statistics
@@ -32,6 +33,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import agl
@@ -55,6 +57,7 @@ GOALS: dict[tuple[str, str], tuple[float | None, str]] = {
     ("memory", "single"): (None, "~4,500 (in process)"),
     ("http", "single"): (2_000, "~620"),
     ("http", "concurrent"): (2_000, ""),
+    ("http", "capacity"): (2_000, ""),
 }
 
 
@@ -321,6 +324,51 @@ def http_server(db_url: str) -> Iterator[str]:
             proc.wait()
 
 
+WRK_SCRIPT = """
+local counter = 0
+local thread_id = 0
+function setup(thread) thread:set("tid", thread_id); thread_id = thread_id + 1 end
+request = function()
+  counter = counter + 1
+  local span_id = string.format("%08x%08x", tid + 1, counter)
+  local body = '{"spans":[{"rollout_id":"ROLLOUT","attempt_id":"ATTEMPT",'
+    .. '"trace_id":"0123456789abcdef0123456789abcdef","span_id":"' .. span_id
+    .. '","name":"llm.call","start_time_unix_nano":1,"end_time_unix_nano":2,'
+    .. '"attributes":{"step":1}}]}'
+  return wrk.format("POST", "/v1/spans", {["Content-Type"]="application/json"}, body)
+end
+"""
+
+
+async def bench_server_capacity(url: str, tmp: str, connections: int, seconds: int) -> Figure:
+    """Load the server with single-span requests from wrk, a C load generator.
+
+    Python clients on the same few cores measure the clients as much as the server; wrk costs
+    little CPU, so this row is what one server process sustains for many remote runners. Every
+    request carries a new span; the stored count must equal the requests wrk saw answered.
+    """
+    async with agl.open_store(url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input="wrk")])
+        [claim] = await store.dequeue_rollouts()
+        ids = claim.rollout.rollout_id, claim.attempt.attempt_id
+        script = Path(tmp) / "span.lua"
+        lua = WRK_SCRIPT.replace("ROLLOUT", ids[0]).replace("ATTEMPT", ids[1])
+        await asyncio.to_thread(script.write_text, lua)
+        command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", str(script), url]
+        out = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, check=True
+        )
+        if "Non-2xx" in out.stdout or "Socket errors" in out.stdout:
+            raise VerificationError(f"wrk saw failed requests:\n{out.stdout}")
+        answered = int(out.stdout.split(" requests in ")[0].split()[-1])
+        stored = len(await store.query_spans(ids[0]))
+        # wrk counts the requests answered inside its window; a few more may land at the end.
+        if not answered <= stored <= answered + connections:
+            raise VerificationError(f"wrk: {answered} requests answered, {stored} spans stored")
+    op = f"server capacity: 1 span/call from wrk, {connections} connections"
+    return Figure("http", "capacity", op, stored, float(seconds), "requests/s")
+
+
 def measure_import(runs: int) -> dict[str, Any]:
     """Time ``import agl`` in fresh interpreters; collect the heavy modules it imported."""
     times: list[float] = []
@@ -382,7 +430,11 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: str) -> list[Figure
         urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/bench-{run}.db"}
         server = http_server(f"sqlite:///{tmp}/http-{run}.db") if backend == "http" else None
         with server or contextlib.nullcontext(urls[backend]) as url:
-            runs.append(asyncio.run(bench_backend(backend, url, work)))
+            figures = asyncio.run(bench_backend(backend, url, work))
+            if backend == "http" and shutil.which("wrk"):
+                seconds = 2 if args.quick else 5
+                figures.append(asyncio.run(bench_server_capacity(url, tmp, 16, seconds)))
+            runs.append(figures)
     return [sorted(same, key=lambda f: f.rate)[len(same) // 2] for same in zip(*runs, strict=True)]
 
 
