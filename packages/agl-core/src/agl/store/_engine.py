@@ -194,27 +194,22 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
     The whole batch is checked first; one span naming an unknown rollout or attempt rejects
     the batch, naming its index.
     """
-    attempts: dict[tuple[str, str], Attempt] = {}
+    attempts = tx.attempts_get_many({(span.rollout_id, span.attempt_id) for span in spans})
     for index, span in enumerate(spans):
-        attempt_key = (span.rollout_id, span.attempt_id)
-        if attempt_key in attempts:
+        if (span.rollout_id, span.attempt_id) in attempts:
             continue
-        attempt = tx.attempt_get(*attempt_key)
-        if attempt is None:
-            if tx.rollout_get(span.rollout_id) is None:
-                raise NotFoundError(
-                    f"spans[{index}] names rollout {span.rollout_id!r}, which the store does "
-                    "not hold",
-                    field=f"spans[{index}].rollout_id",
-                    value=span.rollout_id,
-                )
+        if tx.rollout_get(span.rollout_id) is None:
             raise NotFoundError(
-                f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
-                f"{span.rollout_id!r} does not have",
-                field=f"spans[{index}].attempt_id",
-                value=span.attempt_id,
+                f"spans[{index}] names rollout {span.rollout_id!r}, which the store does not hold",
+                field=f"spans[{index}].rollout_id",
+                value=span.rollout_id,
             )
-        attempts[attempt_key] = attempt
+        raise NotFoundError(
+            f"spans[{index}] names attempt {span.attempt_id!r}, which rollout "
+            f"{span.rollout_id!r} does not have",
+            field=f"spans[{index}].attempt_id",
+            value=span.attempt_id,
+        )
 
     keys: list[SpanKey] = [
         (span.rollout_id, span.attempt_id, span.trace_id, span.span_id) for span in spans
@@ -235,15 +230,21 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
         stored[key] = span.model_copy(update={"sequence_id": sequence_id})
     if stored:
         tx.spans_insert(list(stored.values()))
-    for attempt in attempts.values():
-        # Spans from a live attempt show it is alive; refreshing at most every
-        # HEARTBEAT_REFRESH_SECONDS keeps a stream of small batches from rewriting it each time.
-        last = attempt.last_heartbeat_time or attempt.start_time
-        if not attempt.status.is_final and now - last >= HEARTBEAT_REFRESH_SECONDS:
+    # Spans from a live attempt show it is alive; refreshing at most every
+    # HEARTBEAT_REFRESH_SECONDS keeps a stream of small batches from rewriting it each time.
+    stale = [
+        attempt
+        for attempt in attempts.values()
+        if not attempt.status.is_final
+        and now - (attempt.last_heartbeat_time or attempt.start_time) >= HEARTBEAT_REFRESH_SECONDS
+    ]
+    if stale:
+        rollouts = tx.rollouts_get_many({attempt.rollout_id for attempt in stale})
+        for attempt in stale:
             attempt.last_heartbeat_time = now
-            rollout = tx.rollout_get(attempt.rollout_id)
-            if rollout is not None:
-                tx.attempt_upsert(attempt, _deadline(rollout, attempt))
+        tx.attempts_upsert_many(
+            [(attempt, _deadline(rollouts[attempt.rollout_id], attempt)) for attempt in stale]
+        )
     result = []
     for key, span in zip(keys, spans, strict=True):
         if key in stored:

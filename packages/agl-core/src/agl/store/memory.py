@@ -40,6 +40,10 @@ class _MemoryTransaction:
         rollout = self.rollouts.get(rollout_id)
         return None if rollout is None else rollout.model_copy(deep=True)
 
+    def rollouts_get_many(self, rollout_ids: Iterable[str]) -> dict[str, Rollout]:
+        found = (self.rollouts.get(rollout_id) for rollout_id in rollout_ids)
+        return {rollout.rollout_id: rollout.model_copy(deep=True) for rollout in found if rollout}
+
     def rollout_insert(self, rollout: Rollout) -> None:
         self.rollouts[rollout.rollout_id] = rollout.model_copy(deep=True)
         self.attempts[rollout.rollout_id] = {}
@@ -84,6 +88,18 @@ class _MemoryTransaction:
     def attempt_get(self, rollout_id: str, attempt_id: str) -> Attempt | None:
         attempt = self.attempts.get(rollout_id, {}).get(attempt_id)
         return None if attempt is None else attempt.model_copy()
+
+    def attempts_get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Attempt]:
+        found = {}
+        for rollout_id, attempt_id in keys:
+            attempt = self.attempts.get(rollout_id, {}).get(attempt_id)
+            if attempt is not None:
+                found[(rollout_id, attempt_id)] = attempt.model_copy()
+        return found
+
+    def attempts_upsert_many(self, items: Sequence[tuple[Attempt, float | None]]) -> None:
+        for attempt, deadline in items:
+            self.attempt_upsert(attempt, deadline)
 
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
         self.attempts[attempt.rollout_id][attempt.attempt_id] = attempt.model_copy()

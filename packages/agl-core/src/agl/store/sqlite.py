@@ -98,6 +98,18 @@ class _SQLiteTransaction:
         ).fetchone()
         return None if row is None else Rollout.model_validate_json(row[0])
 
+    def rollouts_get_many(self, rollout_ids: Iterable[str]) -> dict[str, Rollout]:
+        found: dict[str, Rollout] = {}
+        for chunk in _chunks(list(rollout_ids), 500):
+            rows = self.db.execute(
+                f"SELECT data FROM rollouts WHERE rollout_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            for (data,) in rows:
+                rollout = Rollout.model_validate_json(data)
+                found[rollout.rollout_id] = rollout
+        return found
+
     def rollout_insert(self, rollout: Rollout) -> None:
         self.db.execute(
             "INSERT INTO rollouts (rollout_id, status, mode, queue_pos, data) VALUES (?, ?, ?, "
@@ -167,18 +179,31 @@ class _SQLiteTransaction:
         ).fetchone()
         return None if row is None else Attempt.model_validate_json(row[0])
 
+    def attempts_get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Attempt]:
+        found: dict[tuple[str, str], Attempt] = {}
+        for chunk in _chunks(list(keys), 400):
+            rows = self.db.execute(
+                "SELECT data FROM attempts WHERE (rollout_id, attempt_id) IN "
+                f"(VALUES {','.join('(?, ?)' for _ in chunk)})",
+                [part for key in chunk for part in key],
+            )
+            for (data,) in rows:
+                attempt = Attempt.model_validate_json(data)
+                found[(attempt.rollout_id, attempt.attempt_id)] = attempt
+        return found
+
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
-        self.db.execute(
+        self.attempts_upsert_many([(attempt, deadline)])
+
+    def attempts_upsert_many(self, items: Sequence[tuple[Attempt, float | None]]) -> None:
+        self.db.executemany(
             "INSERT INTO attempts (rollout_id, attempt_id, sequence, deadline, data) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET "
             "deadline = excluded.deadline, data = excluded.data",
-            (
-                attempt.rollout_id,
-                attempt.attempt_id,
-                attempt.sequence,
-                deadline,
-                attempt.model_dump_json(),
-            ),
+            [
+                (a.rollout_id, a.attempt_id, a.sequence, deadline, a.model_dump_json())
+                for a, deadline in items
+            ],
         )
 
     def attempts_of(self, rollout_id: str) -> list[Attempt]:
@@ -195,21 +220,16 @@ class _SQLiteTransaction:
 
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
-        wanted: dict[tuple[str, str], set[str]] = {}
-        for rollout_id, attempt_id, _, span_id in keys:
-            wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
         found: dict[SpanKey, int] = {}
-        for (rollout_id, attempt_id), span_ids in wanted.items():
-            ids = list(span_ids)
-            for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
-                chunk = ids[start : start + 500]
-                rows = self.db.execute(
-                    "SELECT trace_id, span_id, sequence_id FROM spans WHERE rollout_id = ? "
-                    f"AND attempt_id = ? AND span_id IN ({','.join('?' * len(chunk))})",
-                    (rollout_id, attempt_id, *chunk),
-                )
-                for trace_id, span_id, sequence_id in rows:
-                    found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
+        for chunk in _chunks(list(set(keys)), 400):  # 4 variables a key, under SQLite's limit
+            rows = self.db.execute(
+                "SELECT rollout_id, attempt_id, trace_id, span_id, sequence_id FROM spans "
+                "WHERE (rollout_id, attempt_id, span_id, trace_id) IN "
+                f"(VALUES {','.join('(?, ?, ?, ?)' for _ in chunk)})",
+                [part for key in chunk for part in (key[0], key[1], key[3], key[2])],
+            )
+            for rollout_id, attempt_id, trace_id, span_id, sequence_id in rows:
+                found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
         return found
 
     def spans_reserve(self, rollout_id: str, count: int) -> int:
@@ -231,7 +251,7 @@ class _SQLiteTransaction:
                     span.attempt_id,
                     span.trace_id,
                     span.span_id,
-                    span.model_dump_json(),
+                    span.model_dump_json(exclude_defaults=True),
                 )
                 for span in spans
             ],
@@ -297,6 +317,10 @@ class _SQLiteTransaction:
         for table in ("attempts", "spans", "resources", "workers"):
             (counts[table],) = self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
         return counts
+
+
+def _chunks(items: list[T], size: int) -> list[list[T]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 class _Writer(threading.Thread):
