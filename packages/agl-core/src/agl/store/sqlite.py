@@ -180,16 +180,17 @@ class _SQLiteTransaction:
         return None if row is None else Attempt.model_validate_json(row[0])
 
     def attempts_get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Attempt]:
+        wanted = set(keys)
         found: dict[tuple[str, str], Attempt] = {}
-        for chunk in _chunks(list(keys), 400):
+        for chunk in _chunks(sorted({rollout_id for rollout_id, _ in wanted}), 500):
             rows = self.db.execute(
-                "SELECT data FROM attempts WHERE (rollout_id, attempt_id) IN "
-                f"(VALUES {','.join('(?, ?)' for _ in chunk)})",
-                [part for key in chunk for part in key],
+                "SELECT rollout_id, attempt_id, data FROM attempts "
+                f"WHERE rollout_id IN ({','.join('?' * len(chunk))})",
+                chunk,
             )
-            for (data,) in rows:
-                attempt = Attempt.model_validate_json(data)
-                found[(attempt.rollout_id, attempt.attempt_id)] = attempt
+            for rollout_id, attempt_id, data in rows:
+                if (rollout_id, attempt_id) in wanted:
+                    found[(rollout_id, attempt_id)] = Attempt.model_validate_json(data)
         return found
 
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
@@ -220,16 +221,20 @@ class _SQLiteTransaction:
 
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
+        # One indexed query per attempt in the batch (row-value IN lists are not index lookups).
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for rollout_id, attempt_id, _, span_id in keys:
+            wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
         found: dict[SpanKey, int] = {}
-        for chunk in _chunks(list(set(keys)), 400):  # 4 variables a key, under SQLite's limit
-            rows = self.db.execute(
-                "SELECT rollout_id, attempt_id, trace_id, span_id, sequence_id FROM spans "
-                "WHERE (rollout_id, attempt_id, span_id, trace_id) IN "
-                f"(VALUES {','.join('(?, ?, ?, ?)' for _ in chunk)})",
-                [part for key in chunk for part in (key[0], key[1], key[3], key[2])],
-            )
-            for rollout_id, attempt_id, trace_id, span_id, sequence_id in rows:
-                found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
+        for (rollout_id, attempt_id), span_ids in wanted.items():
+            for chunk in _chunks(list(span_ids), 500):
+                rows = self.db.execute(
+                    "SELECT trace_id, span_id, sequence_id FROM spans WHERE rollout_id = ? "
+                    f"AND attempt_id = ? AND span_id IN ({','.join('?' * len(chunk))})",
+                    (rollout_id, attempt_id, *chunk),
+                )
+                for trace_id, span_id, sequence_id in rows:
+                    found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
         return found
 
     def spans_reserve(self, rollout_id: str, count: int) -> int:
