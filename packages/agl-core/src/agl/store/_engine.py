@@ -188,7 +188,7 @@ def sweep(tx: Transaction, now: float) -> int:
     return swept
 
 
-def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
+def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[int]:
     """Store spans, assigning sequence ids; spans already stored keep theirs.
 
     The whole batch is checked first; one span naming an unknown rollout or attempt rejects
@@ -223,13 +223,14 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
     for key in fresh:
         per_rollout[key[0]] = per_rollout.get(key[0], 0) + 1
     next_id = {rid: tx.spans_reserve(rid, count) for rid, count in per_rollout.items()}
-    stored: dict[SpanKey, Span] = {}
+    new: list[tuple[Span, int]] = []
     for key, span in fresh.items():
         sequence_id = next_id[key[0]]
         next_id[key[0]] = sequence_id + 1
-        stored[key] = span.model_copy(update={"sequence_id": sequence_id})
-    if stored:
-        tx.spans_insert(list(stored.values()))
+        known[key] = sequence_id
+        new.append((span, sequence_id))
+    if new:
+        tx.spans_insert(new)
     # Spans from a live attempt show it is alive; refreshing at most every
     # HEARTBEAT_REFRESH_SECONDS keeps a stream of small batches from rewriting it each time.
     stale = [
@@ -245,15 +246,7 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[Span]:
         tx.attempts_upsert_many(
             [(attempt, _deadline(rollouts[attempt.rollout_id], attempt)) for attempt in stale]
         )
-    result = []
-    for key, span in zip(keys, spans, strict=True):
-        if key in stored:
-            result.append(stored[key])  # spans are frozen: sharing the stored one is safe
-        elif span.sequence_id == known[key]:
-            result.append(span)
-        else:
-            result.append(span.model_copy(update={"sequence_id": known[key]}))
-    return result
+    return [known[key] for key in keys]
 
 
 def query_spans(tx: Transaction, rollout_id: str, attempt_id: str | None) -> list[Span]:

@@ -183,7 +183,7 @@ class StatefulStore(ClosingStore):
 
     # --- spans ------------------------------------------------------------------------------
 
-    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         spans = as_list(spans, "spans", Span)
         if not spans:
             return []

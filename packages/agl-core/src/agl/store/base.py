@@ -130,12 +130,13 @@ class Store(Protocol):
         """
         ...
 
-    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
-        """Store a batch of spans and return them with their store-assigned ``sequence_id``.
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        """Store a batch of spans; return the ``sequence_id`` the store gave each, in order.
 
-        Sequence ids increase per rollout in arrival order. A span already stored (same
-        rollout, attempt, trace and span id) is not stored again and keeps its sequence id. One
-        invalid span rejects the whole batch, naming its index.
+        Sequence ids increase per rollout in arrival order (a span's own ``sequence_id`` is
+        ignored). A span already stored (same rollout, attempt, trace and span id) is not stored
+        again and keeps its sequence id. One invalid span rejects the whole batch, naming its
+        index. Read spans back, with their ids, through :meth:`query_spans`.
         """
         ...
 

@@ -52,6 +52,7 @@ _claims = TypeAdapter(list[Claim])
 _attempts = TypeAdapter(list[Attempt])
 _spans = TypeAdapter(list[Span])
 _workers = TypeAdapter(list[Worker])
+_ints = TypeAdapter(list[int])
 _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources = TypeAdapter(ResourcesUpdate | None)
 
@@ -245,16 +246,13 @@ class HttpStore(ClosingStore):
 
     # --- spans ------------------------------------------------------------------------------
 
-    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         spans = as_list(spans, "spans", Span)
         if not spans:
             return []
         body = b'{"spans":' + _spans.dump_json(spans, exclude_defaults=True) + b"}"
         data = await self._request("POST", "/v1/spans", content=body)
-        return [
-            span.model_copy(update={"sequence_id": sequence_id})
-            for span, sequence_id in zip(spans, data["sequence_ids"], strict=True)
-        ]
+        return _ints.validate_python(data["sequence_ids"])
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         params = {} if attempt_id is None else {"attempt_id": attempt_id}

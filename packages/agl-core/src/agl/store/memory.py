@@ -126,12 +126,11 @@ class _MemoryTransaction:
         self.next_sequence[rollout_id] = first + count
         return first
 
-    def spans_insert(self, spans: Sequence[Span]) -> None:
-        for span in spans:
-            assert span.sequence_id is not None
-            self.spans[span.rollout_id].append(span)
+    def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
+        for span, sequence_id in spans:
+            self.spans[span.rollout_id].append(span.model_copy(update={"sequence_id": sequence_id}))
             key = (span.rollout_id, span.attempt_id, span.trace_id, span.span_id)
-            self.span_index[key] = span.sequence_id
+            self.span_index[key] = sequence_id
 
     def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
         # Stored in sequence order already (ids are assigned on append); spans are frozen, so

@@ -225,8 +225,7 @@ def create_app(
         # Parsed by hand: validating the raw bytes in one pass is several times faster than
         # FastAPI's decode-then-validate, and span batches are the store's bulk traffic.
         body = _parse(SpansBody, await request.body())
-        stored = await store.add_spans(body.spans)
-        return SequenceIdsBody(sequence_ids=[span.sequence_id or 0 for span in stored])
+        return SequenceIdsBody(sequence_ids=await store.add_spans(body.spans))
 
     @app.get("/v1/rollouts/{rollout_id}/spans", tags=["spans"])
     async def query_spans(rollout_id: str, attempt_id: str | None = None) -> SpansBody:

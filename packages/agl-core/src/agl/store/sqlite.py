@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, data TEXT NOT NU
 """
 
 _spans_json = TypeAdapter(list[Span])
+_NO_SEQUENCE = {"sequence_id"}
 
 
 class _SQLiteTransaction:
@@ -245,20 +246,23 @@ class _SQLiteTransaction:
         ).fetchone()
         return int(first)
 
-    def spans_insert(self, spans: Sequence[Span]) -> None:
+    def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
+        # The stored JSON leaves out default values and starts with the sequence id, so reads
+        # get whole spans from the data column alone.
         self.db.executemany(
             "INSERT INTO spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, data) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             [
                 (
                     span.rollout_id,
-                    span.sequence_id,
+                    sequence_id,
                     span.attempt_id,
                     span.trace_id,
                     span.span_id,
-                    span.model_dump_json(exclude_defaults=True),
+                    f'{{"sequence_id":{sequence_id},'
+                    + span.model_dump_json(exclude_defaults=True, exclude=_NO_SEQUENCE)[1:],
                 )
-                for span in spans
+                for span, sequence_id in spans
             ],
         )
 
