@@ -1,9 +1,10 @@
 """Store throughput benchmark: R rollouts x S spans through memory://, sqlite:/// and http://.
 
 Per backend it times, separately: enqueue (batches of 100), dequeue one at a time plus marking
-each attempt running, spans added in batches (one call per rollout, and 512-span calls, the most OpenTelemetry's BatchSpanProcessor exports at once),
-spans added one per call (sequentially, and from K concurrent clients), finishing every
-attempt, and reading every rollout's spans back. The read-back is checked: each rollout holds
+each attempt running, spans added in batches (one call per rollout, and 512-span calls: the
+most OpenTelemetry's BatchSpanProcessor exports at once), spans added one per call
+(sequentially, and from K concurrent clients), finishing every attempt, and reading every
+rollout's spans back. The read-back is checked: each rollout holds
 exactly the spans written, in order, with sequence ids 1..n, and ``statistics()`` agrees.
 It also times ``import agl`` in fresh interpreters and lists heavy modules it pulled in.
 
