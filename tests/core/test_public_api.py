@@ -13,7 +13,9 @@ EXPECTED = {
     "Rollout", "RolloutConfig", "RolloutPage", "RolloutRequest", "RolloutStatus", "Span",
     "SpanEvent", "SpanKind", "SpanLink", "SpanStatus", "StatusCode", "Store", "StoreError",
     "StoreStatistics", "StoreUnavailableError", "TemplateFormatError", "UnauthorizedError",
-    "Worker", "open_store", "register_resource_type", "resource_types",
+    "Worker", "open_store", "register_resource_type", "resource_types", "NoRolloutError",
+    "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
+    "operation",
 }  # fmt: skip
 
 

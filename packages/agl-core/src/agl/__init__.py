@@ -1,5 +1,16 @@
 """agl: train any AI agent with reinforcement learning, prompt optimization and fine-tuning."""
 
+from typing import TYPE_CHECKING, Any
+
+from agl.emitters import (
+    NoRolloutError,
+    emit_annotation,
+    emit_exception,
+    emit_message,
+    emit_object,
+    emit_reward,
+    operation,
+)
 from agl.errors import (
     AglError,
     ConflictError,
@@ -33,7 +44,20 @@ from agl.rollouts import (
 from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.store import Store, StoreStatistics, open_store
 
+if TYPE_CHECKING:
+    from agl.tracing import Tracer
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The tracer pulls in the OpenTelemetry SDK: load it on first use, keeping `import agl` light.
+    if name == "Tracer":
+        from agl.tracing import Tracer
+
+        return Tracer
+    raise AttributeError(f"module 'agl' has no attribute {name!r}")
+
 
 __all__ = [
     "LLM",
@@ -44,6 +68,7 @@ __all__ = [
     "ConflictError",
     "GenericResource",
     "InvalidInputError",
+    "NoRolloutError",
     "NotFoundError",
     "PromptTemplate",
     "Resource",
@@ -64,9 +89,16 @@ __all__ = [
     "StoreStatistics",
     "StoreUnavailableError",
     "TemplateFormatError",
+    "Tracer",
     "UnauthorizedError",
     "Worker",
+    "emit_annotation",
+    "emit_exception",
+    "emit_message",
+    "emit_object",
+    "emit_reward",
     "open_store",
+    "operation",
     "register_resource_type",
     "resource_types",
 ]

@@ -186,6 +186,9 @@ class ClosingStore(abc.ABC):
     async def close(self) -> None:
         """Release connections and threads. Idempotent."""
 
+    async def release_loop(self) -> None:  # noqa: B027 - a hook most stores need not fill
+        """Release what the store holds for the running event loop (nothing, by default)."""
+
     async def __aenter__(self) -> Self:
         return self
 

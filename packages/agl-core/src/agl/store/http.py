@@ -299,6 +299,16 @@ class HttpStore(ClosingStore):
 
     # --- lifecycle --------------------------------------------------------------------------
 
+    async def release_loop(self) -> None:
+        """Close the connections this store holds for the running event loop.
+
+        For code that used the store from an event loop it is about to end (a helper thread's
+        ``asyncio.run``): the store stays open for every other loop.
+        """
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -1,0 +1,197 @@
+"""Send finished spans to a store in batches, from a background thread.
+
+The agent's code never waits for the store: a finished span is put in a bounded buffer and a
+sender thread ships batches with :meth:`~agl.store.base.Store.add_spans`. While the store is
+unreachable the sender keeps the spans and retries with backoff; if the buffer fills, the oldest
+spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A batch the
+store refuses as invalid (an unknown rollout, say) is dropped and counted as rejected, never
+retried forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from agl.errors import AglError, StoreUnavailableError
+from agl.spans import Span
+from agl.store.base import Store
+
+__all__ = ["SenderStats", "SpanSender"]
+
+logger = logging.getLogger("agl.tracing")
+
+
+@dataclass
+class SenderStats:
+    """What the sender did so far, in spans.
+
+    Attributes:
+        queued: Spans handed to the sender.
+        exported: Spans the store acknowledged.
+        dropped: Spans lost because the buffer was full (or the store was away at shutdown).
+        rejected: Spans the store refused as invalid.
+        retries: Sends retried because the store was unreachable.
+        last_error: The last failure, for the record.
+    """
+
+    queued: int = 0
+    exported: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    retries: int = 0
+    last_error: str | None = None
+
+
+class SpanSender:
+    """A background thread that ships spans to a store in batches.
+
+    Args:
+        store: Where spans go; it is used from the sender's own event loop.
+        max_batch: Spans per ``add_spans`` call at most.
+        max_buffer: Spans kept while the store is slow or away; beyond this the oldest go.
+        delay: Seconds to wait for more spans before sending a partial batch.
+        max_backoff: Longest pause between retries while the store is unreachable.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 512,
+        max_buffer: int = 100_000,
+        delay: float = 0.05,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._max_buffer = max_buffer
+        self._delay = delay
+        self._max_backoff = max_backoff
+        self._buffer: collections.deque[Span] = collections.deque()
+        self._lock = threading.Condition()
+        self._enqueued = 0  # spans ever put in the buffer, dropped ones included
+        self._settled = 0  # spans ever taken out: sent, rejected or dropped
+        self._flush_waiters = 0
+        self._stopping = False
+        self.stats = SenderStats()
+        self._thread = threading.Thread(target=self._run, name="agl-span-sender", daemon=True)
+        self._thread.start()
+
+    def submit(self, span: Span) -> None:
+        """Queue one finished span. Never blocks on the store."""
+        with self._lock:
+            if len(self._buffer) >= self._max_buffer:
+                self._buffer.popleft()
+                self._settled += 1
+                self.stats.dropped += 1
+                if self.stats.dropped == 1 or self.stats.dropped % 1000 == 0:
+                    logger.warning(
+                        "agl span buffer is full (%d spans; store %s): %d span(s) dropped so far",
+                        self._max_buffer,
+                        self._store.url,
+                        self.stats.dropped,
+                    )
+            self._buffer.append(span)
+            self._enqueued += 1
+            self.stats.queued += 1
+            if len(self._buffer) >= self._max_batch:
+                self._lock.notify_all()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every span submitted so far reached the store (or was given up on).
+
+        Returns False if that did not happen within ``timeout`` seconds; the spans stay
+        buffered and are still retried.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            target = self._enqueued
+            self._flush_waiters += 1
+            self._lock.notify_all()
+            try:
+                while self._settled < target:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._lock.wait(remaining)
+                return True
+            finally:
+                self._flush_waiters -= 1
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush, then stop the sender thread."""
+        self.flush(timeout)
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        self._thread.join(timeout)
+
+    # --- the sender thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.run(self._loop())
+
+    def _take_batch(self) -> list[Span] | None:
+        """Wait for a full batch, a flush, the delay, or stop; return what to send."""
+        with self._lock:
+            started = time.monotonic()
+            while not self._stopping:
+                ready = len(self._buffer) >= self._max_batch or (
+                    self._buffer
+                    and (self._flush_waiters or time.monotonic() - started >= self._delay)
+                )
+                if ready:
+                    break
+                self._lock.wait(self._delay if self._buffer else None)
+            count = min(len(self._buffer), self._max_batch)
+            if count == 0:
+                return None
+            return [self._buffer.popleft() for _ in range(count)]
+
+    def _settle(self, count: int) -> None:
+        with self._lock:
+            self._settled += count
+            self._lock.notify_all()
+
+    async def _loop(self) -> None:
+        try:
+            await self._send_batches()
+        finally:
+            release = getattr(self._store, "release_loop", None)
+            if release is not None:
+                await release()
+
+    async def _send_batches(self) -> None:
+        backoff = 0.05
+        while True:
+            batch = await asyncio.to_thread(self._take_batch)
+            if batch is None:
+                break
+            while True:
+                try:
+                    await self._store.add_spans(batch)
+                except StoreUnavailableError as exc:
+                    self.stats.retries += 1
+                    self.stats.last_error = str(exc)
+                    if self._stopping:
+                        logger.error("agl store unreachable at shutdown: %d spans lost", len(batch))
+                        self.stats.dropped += len(batch)
+                        break
+                    logger.warning("agl store unreachable, retrying in %.1f s: %s", backoff, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self._max_backoff)
+                    continue
+                except AglError as exc:
+                    self.stats.rejected += len(batch)
+                    self.stats.last_error = str(exc)
+                    logger.error("agl store refused %d spans: %s", len(batch), exc)
+                else:
+                    self.stats.exported += len(batch)
+                    backoff = 0.05
+                break
+            self._settle(len(batch))
