@@ -1,0 +1,454 @@
+"""A scripted, OpenAI-compatible server that speaks vLLM's wire protocol, for tests.
+
+It stands in for ``vllm serve`` in the default test suite: real HTTP, real server-sent events,
+real token ids, no GPU. What the "model" says comes from a :data:`Script`, a function from the
+request's JSON body to a :class:`Reply` (text, tool calls, an error, delays)::
+
+    from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
+
+    def script(request: dict) -> Reply | str:
+        return tool_reply("get_weather", {"city": "Paris"}) if request.get("tools") else "hi"
+
+    with OpenAIServer(script, max_model_len=2048) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="test")
+        ...
+        assert server.requests[0].body["model"] == "m"
+
+Routes: ``GET /v1/models``, ``GET /health``, ``POST /v1/chat/completions``,
+``POST /v1/completions`` and ``POST /v1/responses``, each streaming (``"stream": true``) or not.
+Every request, including unknown routes, is recorded in :attr:`OpenAIServer.requests`.
+
+**Tokenizer.** Byte level: token id = UTF-8 byte + 3; ids 0, 1, 2 are BOS, EOS and PAD
+(:data:`VOCAB_SIZE` is 259). ``decode(encode(text)) == text`` for any text. No BOS is added.
+
+**Chat template** (also used for the Responses API, ``instructions`` first as a system message;
+and ``tools``, when given, as a first system message ``# Tools\\n<json.dumps(tools, sort_keys)>``)::
+
+    <|im_start|>{role}\\n{content}<|im_end|>\\n   (per message; text parts of list contents joined)
+    <|im_start|>assistant\\n                      (the generation prompt)
+
+Assistant tool calls in the history, and the tool calls the model makes, are written Hermes
+style: ``<tool_call>\\n{"name": <name>, "arguments": <arguments json>}\\n</tool_call>``.
+
+**Generation.** The reply text (or the tool-call text) is tokenized; a finished reply ends with
+EOS, counted in ``usage.completion_tokens`` and in ``token_ids`` but not in the text. At
+``max_tokens``/``max_completion_tokens``/``max_output_tokens`` (completions: 16 by default, as
+vLLM; chat: what ``max_model_len`` leaves) it is cut, with ``finish_reason="length"`` and no EOS;
+cut tool calls come back as text. Streams send one token per chunk, each with its text delta.
+``n`` gives several choices. Logprobs are deterministic (a hash of position and token), always
+<= 0; the sampled token is the most likely one and the alternatives are printable ASCII.
+
+**vLLM's format**, matched against vllm-project/vllm ``vllm/entrypoints/openai/``
+(``chat_completion/protocol.py`` and ``serving.py``, ``completion/serving.py``, ``engine/
+protocol.py``), vLLM >= 0.10.2:
+
+* With ``"return_token_ids": true``: chat bodies carry top-level ``prompt_token_ids`` and
+  per-choice ``token_ids``; chat streams carry ``prompt_token_ids`` on the first (role) chunk
+  of each choice and ``token_ids`` (that chunk's tokens) on every later chunk; completions carry
+  both per choice (streams: ``prompt_token_ids`` on each choice's first chunk). Without it those
+  fields are ``null``. The Responses API has no token ids in vLLM, and none here.
+* Chat ``"logprobs": true, "top_logprobs": k``: ``choices[i].logprobs.content`` =
+  ``[{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]``; completions
+  ``"logprobs": k``: ``{text_offset, token_logprobs, tokens, top_logprobs: [{token: logprob}]}``.
+  ``bytes`` is the token's raw byte (vLLM encodes the decoded text, which differs only for a
+  byte in the middle of a character).
+* Streams end with ``data: [DONE]``; ``stream_options.include_usage`` adds a last chunk with
+  ``choices: []`` and ``usage``. Finished stream choices also carry ``stop_reason: null``.
+* Errors: ``{"error": {"message", "type", "param", "code"}}`` with ``code`` the HTTP status and
+  ``type`` e.g. ``BadRequestError``. A prompt of ``max_model_len`` tokens or more, or
+  ``max_tokens`` beyond what is left, gets vLLM's 400 ("This model's maximum context length is
+  N tokens. However, your request has M input tokens. ...").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agl.testing import _openai_bodies as bodies
+from agl.testing import _openai_wire as wire
+from agl.testing._openai_wire import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    VOCAB_SIZE,
+    Reply,
+    ToolCall,
+    WireError,
+    decode,
+    encode,
+    last_user_text,
+    render_chat,
+)
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "VOCAB_SIZE",
+    "OpenAIServer",
+    "RecordedRequest",
+    "Reply",
+    "Script",
+    "ScriptResult",
+    "ToolCall",
+    "decode",
+    "echo",
+    "encode",
+    "error_reply",
+    "last_user_text",
+    "render_chat",
+    "sequence",
+    "text_reply",
+    "tool_reply",
+]
+
+logger = logging.getLogger("agl.testing.openai_server")
+
+
+# --- scripting --------------------------------------------------------------------------------
+
+
+ScriptResult = Reply | str | Sequence[Reply | str]
+"""A reply for every choice, or one per choice (cycled through when there are fewer)."""
+Script = Callable[[dict[str, Any]], ScriptResult | Awaitable[ScriptResult]]
+"""Maps a request's JSON body to the reply; may be ``async``. A plain string is a text reply."""
+
+
+def text_reply(text: str, *, delay: float = 0.0, chunk_delay: float = 0.0) -> Reply:
+    """Answer with ``text``."""
+    return Reply(text=text, delay=delay, chunk_delay=chunk_delay)
+
+
+def tool_reply(
+    name: str,
+    arguments: Mapping[str, Any] | str | None = None,
+    *,
+    delay: float = 0.0,
+    chunk_delay: float = 0.0,
+) -> Reply:
+    """Answer with one call of function ``name`` (for several, build a :class:`Reply`)."""
+    call = ToolCall(name, {} if arguments is None else arguments)
+    return Reply(tool_calls=(call,), delay=delay, chunk_delay=chunk_delay)
+
+
+def error_reply(
+    status: int, message: str, *, error_type: str | None = None, delay: float = 0.0
+) -> Reply:
+    """Answer with HTTP ``status`` and an OpenAI error body carrying ``message``."""
+    return Reply(status=status, message=message, error_type=error_type, delay=delay)
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    """The default script: ``"ok: <the last user message>"``."""
+    return Reply(text=f"ok: {last_user_text(request)}")
+
+
+def sequence(*replies: ScriptResult) -> Script:
+    """A script answering with ``replies`` in turn, then with a 500 error saying it ran out."""
+    pending = list(replies)
+    lock = threading.Lock()
+
+    def script(_: dict[str, Any]) -> ScriptResult:
+        with lock:
+            if pending:
+                return pending.pop(0)
+        return error_reply(500, f"the scripted server ran out of replies (had {len(replies)})")
+
+    return script
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received: ``body`` is the parsed JSON (``None`` if none)."""
+
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+
+
+# --- the app ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    script: Script
+    max_model_len: int
+    model: str
+    log: list[RecordedRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def record(self, request: Request) -> Any:
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        entry = RecordedRequest(request.method, request.url.path, body, dict(request.headers))
+        with self.lock:
+            self.log.append(entry)
+        if request.method == "POST" and not isinstance(body, dict):
+            raise WireError(400, "the request body must be a JSON object")
+        return body
+
+    async def ask(self, body: dict[str, Any], choices: int) -> list[Reply]:
+        """Run the script; wait its delay; raise its error, if it chose one."""
+        try:
+            result = self.script(copy.deepcopy(body))
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            logger.exception("the script failed")
+            raise WireError(500, f"the script raised {type(exc).__name__}: {exc}") from None
+        items = [result] if isinstance(result, Reply | str) else list(result)
+        replies = [Reply(text=r) if isinstance(r, str) else r for r in items]
+        if not replies:
+            raise WireError(500, "the script returned no reply")
+        replies = [replies[i % len(replies)] for i in range(choices)]
+        await asyncio.sleep(max(r.delay for r in replies))
+        for reply in replies:
+            if reply.status is not None:
+                raise WireError(reply.status, reply.message, reply.error_type)
+        return replies
+
+
+def _calls(reply: Reply, prefix: str) -> list[tuple[str, str, str]]:
+    return [(c.id or bodies.new_id(prefix), c.name, c.arguments_json) for c in reply.tool_calls]
+
+
+def _stream(events: Iterator[str], replies: Sequence[Reply]) -> StreamingResponse:
+    pause = max(r.chunk_delay for r in replies)
+
+    async def send() -> AsyncIterator[str]:
+        for i, event in enumerate(events):
+            if i and pause:
+                await asyncio.sleep(pause)
+            yield event
+
+    return StreamingResponse(send(), media_type="text/event-stream")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(WireError)
+    async def failure(_: Request, exc: WireError) -> JSONResponse:
+        body = bodies.error_body(exc.status, exc.message, exc.kind)
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def crash(_: Request, exc: Exception) -> JSONResponse:
+        message = f"the scripted server failed: {type(exc).__name__}: {exc}"
+        return JSONResponse(bodies.error_body(500, message), status_code=500)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = bodies.error_body(exc.status_code, str(exc.detail))
+        return JSONResponse(body, status_code=exc.status_code)
+
+
+def _create_app(state: _State) -> FastAPI:
+    app = FastAPI(title="agl scripted OpenAI server", version="1")
+
+    _install_error_handlers(app)
+
+    @app.get("/health")
+    async def health(request: Request) -> Response:
+        await state.record(request)
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        await state.record(request)
+        return bodies.model_list(state.model, state.max_model_len)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        body = await state.record(request)
+        prompt = encode(render_chat(wire.chat_messages(body), body.get("tools")))
+        keys = ("max_completion_tokens", "max_tokens")
+        limit = wire.generation_limit(body, len(prompt), state.max_model_len, keys, None)
+        usage, top = wire.include_usage(body), wire.logprobs_wanted(body, chat=True)
+        replies = await state.ask(body, wire.choices(body))
+        gens = [wire.generate(r.text, _calls(r, "chatcmpl-tool-"), limit) for r in replies]
+        head = bodies.head(body, "chatcmpl-", state.model)
+        ids = bool(body.get("return_token_ids"))
+        if body.get("stream"):
+            return _stream(bodies.chat_stream(head, gens, prompt, ids, top, usage), replies)
+        return JSONResponse(bodies.chat_completion(head, gens, prompt, ids, top))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await state.record(request)
+        prompts = wire.prompts(body.get("prompt"))
+        limits = [
+            wire.generation_limit(body, len(p), state.max_model_len, ("max_tokens",), 16)
+            for p in prompts
+        ]
+        usage, n = wire.include_usage(body), wire.choices(body)
+        top = wire.logprobs_wanted(body, chat=False)
+        replies = await state.ask(body, n * len(prompts))
+        items = []
+        for i, reply in enumerate(replies):
+            raw = wire.tool_calls_text(_calls(reply, "")) if reply.tool_calls else reply.text
+            items.append((prompts[i // n], wire.generate(raw, (), limits[i // n])))
+        head = bodies.head(body, "cmpl-", state.model)
+        prompt_tokens = sum(len(p) for p in prompts)
+        ids = bool(body.get("return_token_ids"))
+        if body.get("stream"):
+            return _stream(
+                bodies.completion_stream(head, items, prompt_tokens, ids, top, usage), replies
+            )
+        return JSONResponse(bodies.completion(head, items, prompt_tokens, ids, top))
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        body = await state.record(request)
+        if not isinstance(body.get("input"), str | list):
+            raise WireError(400, "'input' must be a string or a list of input items")
+        prompt = encode(render_chat(wire.responses_messages(body), body.get("tools")))
+        limit = wire.generation_limit(
+            body, len(prompt), state.max_model_len, ("max_output_tokens",), None
+        )
+        replies = await state.ask(body, 1)
+        gen = wire.generate(replies[0].text, _calls(replies[0], "call_"), limit)
+        call_ids = [bodies.new_id("fc_") for _ in gen.tool_calls]
+        output = bodies.response_output(gen, bodies.new_id("msg_"), call_ids)
+        head = bodies.head(body, "resp_", state.model)
+        if body.get("stream"):
+            return _stream(bodies.response_stream(head, body, gen, output, len(prompt)), replies)
+        return JSONResponse(bodies.response(head, body, output, gen, len(prompt)))
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def unknown(request: Request, path: str) -> Response:
+        await state.record(request)
+        raise WireError(404, f"no route {request.method} /{path} on the scripted server")
+
+    return app
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+class OpenAIServer:
+    """The scripted server on a background thread; ``port=0`` picks a free port.
+
+    Example::
+
+        with OpenAIServer(sequence("first", "second")) as server:
+            client = openai.OpenAI(base_url=server.url, api_key="test")
+
+    Args:
+        script: Decides every reply; :func:`echo` when ``None``. Can be swapped any time
+            through :attr:`script`.
+        max_model_len: Prompt plus generation may not exceed this many tokens.
+        model: The model ``/v1/models`` lists (requests' ``model`` is echoed whatever it is).
+        host: The address to bind.
+        port: The port to bind; 0 for a free one.
+        log_level: uvicorn's log level.
+    """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        max_model_len: int = 8192,
+        model: str = "agl-test-model",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+    ) -> None:
+        self._state = _State(script or echo, max_model_len, model)
+        self._host, self._port, self._log_level = host, port, log_level
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+        """The base URL, ending in ``/v1``; set by :meth:`start`."""
+
+    @property
+    def script(self) -> Script:
+        """The script answering requests from now on."""
+        return self._state.script
+
+    @script.setter
+    def script(self, script: Script) -> None:
+        self._state.script = script
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, oldest first."""
+        with self._state.lock:
+            return list(self._state.log)
+
+    @property
+    def request_count(self) -> int:
+        """How many requests the server has received."""
+        with self._state.lock:
+            return len(self._state.log)
+
+    def clear_requests(self) -> None:
+        """Forget the requests received so far."""
+        with self._state.lock:
+            self._state.log.clear()
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Start serving; return :attr:`url` once the server accepts connections."""
+        import uvicorn
+
+        config = uvicorn.Config(
+            _create_app(self._state),
+            host=self._host,
+            port=self._port,
+            log_level=self._log_level,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve()), name="agl-openai-server", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the OpenAI test server on {self._host}:{self._port} did not start"
+                )
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self.url = f"http://{host}:{port}/v1"
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server thread to end."""
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+            self._server = None
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
