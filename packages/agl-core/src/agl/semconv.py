@@ -82,6 +82,9 @@ AGL_REQUEST_JSON: Final = "agl.llm.request"
 AGL_RESPONSE_JSON: Final = "agl.llm.response"
 """The response the agent received, as JSON."""
 
+AGL_TOOL_CALLS: Final = "agl.llm.tool_calls"
+"""The tool calls an LLM response asked for: a JSON list of ``{id, name, arguments}``."""
+
 AGL_UPSTREAM_URL: Final = "agl.llm.upstream"
 """The upstream server a gateway forwarded a call to."""
 
@@ -120,7 +123,16 @@ GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 """The kind of model call (``chat``, ``text_completion``, ...)."""
 
 GEN_AI_SYSTEM: Final = "gen_ai.system"
-"""The model provider (``openai``, ``vllm``, ...)."""
+"""The model provider, in older instrumentations (``openai``, ``vllm``, ...)."""
+
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""The model provider, in current instrumentations."""
+
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""The messages sent to the model, as JSON (OpenTelemetry GenAI message format)."""
+
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""The messages the model returned, as JSON (OpenTelemetry GenAI message format)."""
 
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 """The model name the agent asked for."""

@@ -10,6 +10,7 @@ from opentelemetry.trace import SpanKind as OtelSpanKind
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
 from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
+from agl.tracing.normalize import normalize_attributes
 
 __all__ = ["to_agl_span"]
 
@@ -47,7 +48,7 @@ def to_agl_span(span: ReadableSpan, rollout_id: str, attempt_id: str) -> Span:
         ),
         start_time_unix_nano=span.start_time or 0,
         end_time_unix_nano=span.end_time,
-        attributes=_attributes(span.attributes),
+        attributes=normalize_attributes(_attributes(span.attributes)),
         events=[
             SpanEvent(
                 name=event.name,

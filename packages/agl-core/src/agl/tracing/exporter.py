@@ -78,6 +78,7 @@ class SpanSender:
         self._settled = 0  # spans ever taken out: sent, rejected or dropped
         self._flush_waiters = 0
         self._stopping = False
+        self._backoff = 0.05
         self.stats = SenderStats()
         self._thread = threading.Thread(target=self._run, name="agl-span-sender", daemon=True)
         self._thread.start()
@@ -134,7 +135,17 @@ class SpanSender:
     # --- the sender thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        asyncio.run(self._loop())
+        # The thread owns its event loop and blocks on the buffer itself (not in an executor
+        # thread), so an idle sender never holds up the interpreter's exit.
+        loop = asyncio.new_event_loop()
+        try:
+            while (batch := self._take_batch()) is not None:
+                loop.run_until_complete(self._send(batch))
+        finally:
+            release = getattr(self._store, "release_loop", None)
+            if release is not None:
+                loop.run_until_complete(release())
+            loop.close()
 
     def _take_batch(self) -> list[Span] | None:
         """Wait for a full batch, a flush, the delay, or stop; return what to send."""
@@ -158,40 +169,28 @@ class SpanSender:
             self._settled += count
             self._lock.notify_all()
 
-    async def _loop(self) -> None:
-        try:
-            await self._send_batches()
-        finally:
-            release = getattr(self._store, "release_loop", None)
-            if release is not None:
-                await release()
-
-    async def _send_batches(self) -> None:
-        backoff = 0.05
+    async def _send(self, batch: list[Span]) -> None:
+        """Send one batch, retrying while the store is unreachable; then settle it."""
         while True:
-            batch = await asyncio.to_thread(self._take_batch)
-            if batch is None:
-                break
-            while True:
-                try:
-                    await self._store.add_spans(batch)
-                except StoreUnavailableError as exc:
-                    self.stats.retries += 1
-                    self.stats.last_error = str(exc)
-                    if self._stopping:
-                        logger.error("agl store unreachable at shutdown: %d spans lost", len(batch))
-                        self.stats.dropped += len(batch)
-                        break
-                    logger.warning("agl store unreachable, retrying in %.1f s: %s", backoff, exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, self._max_backoff)
-                    continue
-                except AglError as exc:
-                    self.stats.rejected += len(batch)
-                    self.stats.last_error = str(exc)
-                    logger.error("agl store refused %d spans: %s", len(batch), exc)
-                else:
-                    self.stats.exported += len(batch)
-                    backoff = 0.05
-                break
-            self._settle(len(batch))
+            try:
+                await self._store.add_spans(batch)
+            except StoreUnavailableError as exc:
+                self.stats.retries += 1
+                self.stats.last_error = str(exc)
+                if self._stopping:
+                    logger.error("agl store unreachable at shutdown: %d spans lost", len(batch))
+                    self.stats.dropped += len(batch)
+                    break
+                logger.warning("agl store unreachable, retrying in %.1f s: %s", self._backoff, exc)
+                await asyncio.sleep(self._backoff)
+                self._backoff = min(self._backoff * 2, self._max_backoff)
+                continue
+            except AglError as exc:
+                self.stats.rejected += len(batch)
+                self.stats.last_error = str(exc)
+                logger.error("agl store refused %d spans: %s", len(batch), exc)
+            else:
+                self.stats.exported += len(batch)
+                self._backoff = 0.05
+            break
+        self._settle(len(batch))

@@ -79,7 +79,8 @@ class _StampingProcessor(SpanProcessor):
         self._tracer.sender.submit(to_agl_span(span, rollout_id, attempt_id))
 
     def shutdown(self) -> None:
-        pass
+        # The provider shuts down at interpreter exit too: send what is left, briefly.
+        self._tracer.sender.close(min(self._tracer.flush_timeout, 5.0))
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self._tracer.sender.flush(timeout_millis / 1000)
@@ -114,6 +115,7 @@ class Tracer:
         self.provider.add_span_processor(_StampingProcessor(self))
         self.otel_tracer = self.provider.get_tracer("agl")
         self._unattributed = 0
+        self._closed = False
         self._count_lock = threading.Lock()
         self._threads = _ThreadPropagation()
         self._threads.enable()
@@ -184,6 +186,9 @@ class Tracer:
 
     def close(self) -> None:
         """Flush, stop sending, and shut the provider down. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.sender.close(self.flush_timeout)
         self.provider.shutdown()
         self._threads.disable()

@@ -1,0 +1,79 @@
+"""Record every call the OpenAI Python client makes, as spans of the current rollout.
+
+``opentelemetry-instrumentation-openai`` does the recording (sync and async clients, streaming,
+chat completions, completions and the Responses API, tool calls); agl points it at its own
+tracer provider, and :mod:`agl.tracing.normalize` brings its attributes to agl's conventions
+when the spans are converted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agl.tracing.tracer import Tracer
+
+__all__ = ["OpenAIInstrumentation"]
+
+
+class OpenAIInstrumentation:
+    """Instrument the ``openai`` package for one tracer; reversible and idempotent.
+
+    ``instrument()`` twice is the same as once; ``uninstrument()`` removes every patch, after
+    which OpenAI calls record nothing.
+    """
+
+    def __init__(self, tracer: Tracer) -> None:
+        self._tracer = tracer
+        self._instrumentor: Any = None
+
+    @property
+    def instrumented(self) -> bool:
+        return self._instrumentor is not None
+
+    def instrument(self) -> None:
+        if self._instrumentor is not None:
+            return
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+        instrumentor = OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=self._tracer.provider)
+        self._instrumentor = instrumentor
+
+    def uninstrument(self) -> None:
+        if self._instrumentor is None:
+            return
+        self._instrumentor.uninstrument()
+        _remove_leftover_wrappers()
+        self._instrumentor = None
+
+
+def _remove_leftover_wrappers() -> None:
+    """Undo the patches the instrumentation's own ``uninstrument`` leaves in place.
+
+    opentelemetry-instrumentation-openai 0.62 unwraps with dotted names such as
+    ``("openai.resources.chat.completions", "Completions.create")``, which
+    ``opentelemetry.instrumentation.utils.unwrap`` resolves to nothing, so the chat and
+    completions methods stay wrapped. Restore every method of the ``openai.resources`` classes
+    whose wrapper comes from that package.
+    """
+    import sys
+
+    import wrapt
+
+    # wrapt 2 moved FunctionWrapper under BaseObjectProxy; wrapt 1 has only ObjectProxy.
+    proxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("openai.resources") or module is None:
+            continue
+        for cls in list(vars(module).values()):
+            if not isinstance(cls, type) or cls.__module__ != name:
+                continue
+            for attribute, value in list(vars(cls).items()):
+                wrapper = getattr(value, "_self_wrapper", None)
+                if isinstance(value, proxy) and getattr(wrapper, "__module__", "").startswith(
+                    _INSTRUMENTATION_PACKAGE
+                ):
+                    setattr(cls, attribute, value.__wrapped__)
+
+
+_INSTRUMENTATION_PACKAGE = "opentelemetry.instrumentation.openai"

@@ -1,0 +1,195 @@
+"""The real OpenAI client, instrumented, against a real OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+import agl
+from agl import RolloutRequest, semconv
+from agl.store.memory import MemoryStore
+from agl.testing.openai_server import OpenAIServer, echo, error_reply, tool_reply
+from agl.tracing.normalize import normalize_attributes
+from agl.tracing.openai import OpenAIInstrumentation
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[agl.Store, agl.Tracer, OpenAIInstrumentation]]:
+    async with MemoryStore() as store:
+        with agl.Tracer(store) as tracer:
+            instrumentation = OpenAIInstrumentation(tracer)
+            instrumentation.instrument()
+            try:
+                yield store, tracer, instrumentation
+            finally:
+                instrumentation.uninstrument()
+
+
+async def claim(store: agl.Store, count: int = 1) -> list[tuple[str, str]]:
+    await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(count)])
+    claims = await store.dequeue_rollouts(limit=count)
+    return [(c.rollout.rollout_id, c.attempt.attempt_id) for c in claims]
+
+
+def llm_spans(spans: list[agl.Span]) -> list[agl.Span]:
+    return [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_LLM]
+
+
+async def test_every_kind_of_openai_call_is_recorded(server: OpenAIServer, setup: Any) -> None:
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    messages: Any = [{"role": "user", "content": "what is 2+2?"}]
+    async with tracer.rollout(rollout_id, attempt_id):
+        plain = client.chat.completions.create(model="m", messages=messages)
+        stream = client.chat.completions.create(
+            model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+        streamed = "".join(
+            chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
+        )
+        response = client.responses.create(model="m", input="hello there")
+        completion = client.completions.create(model="m", prompt="2+2=", max_tokens=8)
+    spans = llm_spans(await store.query_spans(rollout_id))
+    assert len(spans) == 4
+    by_id = {s.attributes[semconv.GEN_AI_RESPONSE_ID]: s for s in spans}
+    assert set(by_id) >= {plain.id, response.id, completion.id}
+    recorded = by_id[plain.id].attributes
+    assert recorded[semconv.GEN_AI_REQUEST_MODEL] == "m"
+    assert recorded[semconv.GEN_AI_USAGE_INPUT_TOKENS] == plain.usage.prompt_tokens  # type: ignore[union-attr]
+    sent = json.loads(str(recorded[semconv.GEN_AI_INPUT_MESSAGES]))
+    assert sent[0]["parts"][0]["content"] == "what is 2+2?"
+    answer = json.loads(str(recorded[semconv.GEN_AI_OUTPUT_MESSAGES]))
+    assert answer[0]["parts"][0]["content"] == plain.choices[0].message.content
+    streaming = next(s for s in spans if s.attributes.get("gen_ai.is_streaming"))
+    out = json.loads(str(streaming.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]))
+    assert out[0]["parts"][0]["content"] == streamed
+    assert all(s.attempt_id == attempt_id for s in spans)
+
+
+async def test_tool_calls_are_recorded(server: OpenAIServer, setup: Any) -> None:
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    tools: Any = [
+        {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}
+    ]
+    server.script = lambda request: tool_reply("calc", {"expression": "2+2"})
+    try:
+        async with tracer.rollout(rollout_id, attempt_id):
+            result = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "2+2?"}], tools=tools
+            )
+    finally:
+        server.script = echo
+    [span] = llm_spans(await store.query_spans(rollout_id))
+    [call] = json.loads(str(span.attributes[semconv.AGL_TOOL_CALLS]))
+    assert call["name"] == "calc"
+    assert json.loads(call["arguments"]) == {"expression": "2+2"}
+    assert call["id"] == result.choices[0].message.tool_calls[0].id  # type: ignore[index]
+
+
+async def test_a_failed_call_is_recorded_as_an_error(server: OpenAIServer, setup: Any) -> None:
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client = openai.OpenAI(base_url=server.url, api_key="test", max_retries=0)
+    server.script = lambda request: error_reply(503, "engine overloaded")
+    try:
+        async with tracer.rollout(rollout_id, attempt_id):
+            with pytest.raises(openai.InternalServerError):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x"}]
+                )
+    finally:
+        server.script = echo
+    [span] = llm_spans(await store.query_spans(rollout_id))
+    assert span.status.code == agl.StatusCode.ERROR
+
+
+async def test_fifty_concurrent_rollouts_do_not_mix(server: OpenAIServer, setup: Any) -> None:
+    store, tracer, _ = setup
+    ids = await claim(store, 50)
+    client = openai.AsyncOpenAI(base_url=server.url, api_key="test")
+
+    async def agent(index: int, rollout_id: str, attempt_id: str) -> None:
+        async with tracer.rollout(rollout_id, attempt_id):
+            for turn in range(2):
+                await client.chat.completions.create(
+                    model="m",
+                    messages=[{"role": "user", "content": f"rollout {index} turn {turn}"}],
+                )
+
+    await asyncio.gather(*(agent(i, *pair) for i, pair in enumerate(ids)))
+    await client.close()
+    for index, (rollout_id, _) in enumerate(ids):
+        spans = llm_spans(await store.query_spans(rollout_id))
+        contents = sorted(
+            json.loads(str(s.attributes[semconv.GEN_AI_INPUT_MESSAGES]))[0]["parts"][0]["content"]
+            for s in spans
+        )
+        assert contents == [f"rollout {index} turn 0", f"rollout {index} turn 1"]
+
+
+async def test_instrumentation_is_idempotent_and_reversible(
+    server: OpenAIServer, setup: Any
+) -> None:
+    store, tracer, instrumentation = setup
+    [(rollout_id, attempt_id), (second_id, second_attempt)] = await claim(store, 2)
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    instrumentation.instrument()  # a second time: still one span per call
+    async with tracer.rollout(rollout_id, attempt_id):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+    assert len(llm_spans(await store.query_spans(rollout_id))) == 1
+    instrumentation.uninstrument()
+    instrumentation.uninstrument()
+    assert not instrumentation.instrumented
+    async with tracer.rollout(second_id, second_attempt):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])
+    assert llm_spans(await store.query_spans(second_id)) == []
+
+
+def test_legacy_attributes_are_normalized() -> None:
+    legacy = {
+        "llm.request.type": "chat",
+        "gen_ai.system": "openai",
+        "gen_ai.usage.prompt_tokens": 11,
+        "gen_ai.usage.completion_tokens": 3,
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": "hi",
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.tool_calls.0.id": "call-1",
+        "gen_ai.completion.0.tool_calls.0.name": "search",
+        "gen_ai.completion.0.tool_calls.0.arguments": '{"q": "x"}',
+    }
+    out = normalize_attributes(legacy)
+    assert out[semconv.AGL_SPAN_TYPE] == semconv.SPAN_TYPE_LLM
+    assert out[semconv.GEN_AI_PROVIDER_NAME] == "openai"
+    assert (out[semconv.GEN_AI_USAGE_INPUT_TOKENS], out[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]) == (
+        11,
+        3,
+    )
+    assert json.loads(out[semconv.GEN_AI_INPUT_MESSAGES]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]}
+    ]
+    assert json.loads(out[semconv.AGL_TOOL_CALLS]) == [
+        {"id": "call-1", "name": "search", "arguments": '{"q": "x"}'}
+    ]
+    assert normalize_attributes({"http.method": "GET"}) == {"http.method": "GET"}
