@@ -6,15 +6,12 @@ otherwise read every trace and enqueue work.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
-import threading
-import time
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from agl.errors import InvalidInputError, StoreError
+from agl._server_thread import ServerThread
+from agl.errors import InvalidInputError
 from agl.store.base import Store
 from agl.store.open import open_store
 from agl.store.server import DEFAULT_MAX_BODY_BYTES, create_app
@@ -89,7 +86,7 @@ def serve(
     uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
 
 
-class StoreServer:
+class StoreServer(ServerThread):
     """A store server on a background thread, for tests, benchmarks and single-machine runs.
 
     ``StoreServer("sqlite:///runs/agl.db")`` opens the store itself and closes it on exit; pass
@@ -103,6 +100,8 @@ class StoreServer:
                 ...
     """
 
+    thread_name = "agl-store-server"
+
     def __init__(
         self,
         store: str | Store,
@@ -114,61 +113,24 @@ class StoreServer:
         log_level: str = "warning",
     ) -> None:
         check_bind_address(host, token)
-        self._owns_store = isinstance(store, str)
+        super().__init__(host=host, port=port, log_level=log_level)
         self._store_spec = store
-        self._host = host
-        self._port = port
         self._token = token
         self._max_body_bytes = max_body_bytes
-        self._log_level = log_level
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
 
-    def start(self, timeout: float = 30.0) -> str:
-        """Start serving; return the base URL once the server accepts connections."""
-        import uvicorn
+    @property
+    def url(self) -> str:
+        """The server's base URL (empty until started)."""
+        return self.base_url
 
+    def create_app(self) -> Any:
+        owns_store = isinstance(self._store_spec, str)
         store = (
             open_store(self._store_spec) if isinstance(self._store_spec, str) else self._store_spec
         )
-        app = create_app(
+        return create_app(
             store,
             token=self._token,
             max_body_bytes=self._max_body_bytes,
-            close_store=self._owns_store,
+            close_store=owns_store,
         )
-        self._server = uvicorn.Server(_uvicorn_config(app, self._host, self._port, self._log_level))
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve()), name="agl-store-server", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise StoreError(f"the store server on {self._host}:{self._port} did not start")
-            time.sleep(0.01)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{host}:{port}"
-        return self.url
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server thread to end."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=30)
-            self._server = None
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

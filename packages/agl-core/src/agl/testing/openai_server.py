@@ -68,16 +68,15 @@ import inspect
 import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agl._server_thread import ServerThread
 from agl.testing import _openai_bodies as bodies
 from agl.testing import _openai_wire as wire
 from agl.testing._openai_wire import (
@@ -342,7 +341,7 @@ def _create_app(state: _State) -> FastAPI:
 # --- the server -------------------------------------------------------------------------------
 
 
-class OpenAIServer:
+class OpenAIServer(ServerThread):
     """The scripted server on a background thread; ``port=0`` picks a free port.
 
     Example::
@@ -370,12 +369,15 @@ class OpenAIServer:
         port: int = 0,
         log_level: str = "warning",
     ) -> None:
+        super().__init__(host=host, port=port, log_level=log_level)
         self._state = _State(script or echo, max_model_len, model)
-        self._host, self._port, self._log_level = host, port, log_level
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
-        """The base URL, ending in ``/v1``; set by :meth:`start`."""
+
+    thread_name = "agl-openai-server"
+
+    @property
+    def url(self) -> str:
+        """The base URL, ending in ``/v1`` (empty until started)."""
+        return f"{self.base_url}/v1" if self.base_url else ""
 
     @property
     def script(self) -> Script:
@@ -403,52 +405,5 @@ class OpenAIServer:
         with self._state.lock:
             self._state.log.clear()
 
-    def start(self, timeout: float = 30.0) -> str:
-        """Start serving; return :attr:`url` once the server accepts connections."""
-        import uvicorn
-
-        config = uvicorn.Config(
-            _create_app(self._state),
-            host=self._host,
-            port=self._port,
-            log_level=self._log_level,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve()), name="agl-openai-server", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the OpenAI test server on {self._host}:{self._port} did not start"
-                )
-            time.sleep(0.01)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        self.url = f"http://{host}:{port}/v1"
-        return self.url
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server thread to end."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=30)
-            self._server = None
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def create_app(self) -> Any:
+        return _create_app(self._state)

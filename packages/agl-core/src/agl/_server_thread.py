@@ -1,0 +1,87 @@
+"""Run an ASGI app with uvicorn on a background thread (store, gateway and test servers)."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import threading
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from agl.errors import AglError
+
+__all__ = ["ServerThread"]
+
+
+class ServerThread(abc.ABC):
+    """An ASGI app served by uvicorn on a daemon thread; ``port=0`` picks a free port.
+
+    Subclasses build the app in :meth:`create_app` (called by :meth:`start`), so a server can be
+    configured first and started later.
+    """
+
+    thread_name = "agl-server"
+
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.log_level = log_level
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+        """``http://host:port`` once started."""
+
+    @abc.abstractmethod
+    def create_app(self) -> Any:
+        """Return the ASGI app to serve."""
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Start serving; return :attr:`base_url` once the server accepts connections."""
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.create_app(),
+            host=self.host,
+            port=self.port,
+            log_level=self.log_level,
+            access_log=False,
+            timeout_keep_alive=75,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve()), name=self.thread_name, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise AglError(f"the server on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.base_url = f"http://{host}:{port}"
+        return self.base_url
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server thread to end."""
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+            self._server = None
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
