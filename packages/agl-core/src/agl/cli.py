@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
+gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
+app.add_typer(gateway_app, name="gateway")
 
 console = Console(stderr=True)
 
@@ -84,6 +86,47 @@ def store_stats(
 
     try:
         typer.echo(asyncio.run(read()))
+    except AglError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(2) from None
+
+
+@gateway_app.command("serve")
+def gateway_serve(
+    upstream: Annotated[
+        list[str],
+        typer.Option(help="An OpenAI-compatible base URL (…/v1); repeat for several."),
+    ],
+    store: Annotated[str, typer.Option(help="Store URL the call spans go to.")],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 4748,
+    enforce_resources: Annotated[
+        bool,
+        typer.Option(help="Use the model and sampling parameters of the rollout's LLM resource."),
+    ] = False,
+    upstream_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="AGL_UPSTREAM_API_KEY", help="Bearer token for the upstreams."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
+    from agl.gateway.serve import serve
+
+    try:
+        console.print(
+            f"[bold]agl gateway[/] on http://{host}:{port} -> {', '.join(upstream)}; "
+            f"spans to {store}"
+        )
+        serve(
+            upstream,
+            store,
+            host=host,
+            port=port,
+            log_level=log_level,
+            enforce_resources=enforce_resources,
+            upstream_api_key=upstream_api_key,
+        )
     except AglError as exc:
         console.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(2) from None

@@ -29,6 +29,9 @@ AGL_SPAN_TYPE: Final = "agl.span.type"
 
 SPAN_TYPE_AGENT: Final = "agent"
 SPAN_TYPE_LLM: Final = "llm"
+SPAN_TYPE_GATEWAY: Final = "gateway"
+"""An LLM call as the gateway saw it: the engine's token ids, joined to the agent's ``llm`` span
+of the same call through ``gen_ai.response.id``."""
 SPAN_TYPE_TOOL: Final = "tool"
 SPAN_TYPE_REWARD: Final = "reward"
 SPAN_TYPE_MESSAGE: Final = "message"

@@ -1,0 +1,320 @@
+"""The LLM gateway: an OpenAI-compatible proxy that records every call with the engine's tokens.
+
+An agent is given ``http://gateway/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as its base
+URL. Each chat or completions call is forwarded to one of the upstream servers (vLLM, the
+agl-torch policy server, a hosted API; the same one for every call of a rollout), asking for the
+prompt and response token ids (vLLM's ``return_token_ids``) and logprobs. The agent gets the
+response it asked for (the extra fields removed unless it asked for them too); the store gets
+one span per call (:mod:`agl.gateway.record`). Streams are passed through as they are produced
+and assembled for the record. Upstream errors, timeouts and client disconnects are recorded as
+failed calls and answered with OpenAI-style errors; none of them takes the gateway down.
+
+With ``enforce_resources=True``, the model name and sampling parameters of the LLM resource the
+rollout runs with override the agent's, so a training run knows which policy produced each call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from agl.errors import AglError, InvalidInputError, NotFoundError
+from agl.gateway.record import CallRecord
+from agl.resources import LLM
+from agl.store.base import Store
+from agl.tracing.exporter import SpanSender
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger("agl.gateway")
+
+_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    """An error in the OpenAI wire format, which every OpenAI client understands."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+class Gateway:
+    """The gateway's state and its FastAPI app (:attr:`app`).
+
+    Args:
+        upstreams: Base URLs of OpenAI-compatible servers, each ending in ``/v1``.
+        store: Where the call spans go.
+        enforce_resources: Override model and sampling parameters with the rollout's LLM
+            resource.
+        upstream_api_key: Sent upstream as the bearer token; if unset, the agent's own
+            ``Authorization`` header is passed on.
+        timeout: Seconds to wait for an upstream response (for a stream: between chunks).
+    """
+
+    def __init__(
+        self,
+        upstreams: Sequence[str],
+        store: Store,
+        *,
+        enforce_resources: bool = False,
+        upstream_api_key: str | None = None,
+        timeout: float = 600.0,
+        close_store: bool = False,
+        **sender_options: Any,
+    ) -> None:
+        if not upstreams:
+            raise InvalidInputError("the gateway needs at least one upstream", field="upstreams")
+        self.upstreams = [url.rstrip("/") for url in upstreams]
+        self.store = store
+        self.enforce_resources = enforce_resources
+        self._close_store = close_store
+        self.sender = SpanSender(store, **sender_options)
+        self._api_key = upstream_api_key
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        )
+        self._known: dict[tuple[str, str], str | None] = {}  # (rollout, attempt) -> resources id
+        self._llm_by_resources: dict[str, LLM | None] = {}
+        self.app = self._create_app()
+
+    def upstream_for(self, rollout_id: str) -> str:
+        """The upstream serving a rollout: the same one for all its calls."""
+        return self.upstreams[zlib.crc32(rollout_id.encode()) % len(self.upstreams)]
+
+    async def aclose(self) -> None:
+        """Send the remaining spans and close upstream connections (and the store, if owned)."""
+        import asyncio
+
+        await asyncio.to_thread(self.sender.close)
+        await self._client.aclose()
+        if self._close_store:
+            await self.store.close()
+
+    # --- the app ----------------------------------------------------------------------------
+
+    def _create_app(self) -> FastAPI:
+        @contextlib.asynccontextmanager
+        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+            yield
+            await self.aclose()
+
+        app = FastAPI(title="agl gateway", version="1", lifespan=lifespan)
+
+        @app.get("/health")
+        async def health() -> dict[str, Any]:
+            return {"status": "ok", "upstreams": self.upstreams}
+
+        @app.get(_PREFIX + "/models")
+        async def models(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            upstream = self.upstream_for(rollout_id)
+            try:
+                reply = await self._client.get(upstream + "/models", headers=self._headers(request))
+            except httpx.HTTPError as exc:
+                return _error(502, f"upstream {upstream} unreachable: {exc}", "upstream_error")
+            return Response(reply.content, reply.status_code, media_type="application/json")
+
+        @app.post(_PREFIX + "/chat/completions")
+        async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self._call("chat", rollout_id, attempt_id, request)
+
+        @app.post(_PREFIX + "/completions")
+        async def completions(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self._call("completions", rollout_id, attempt_id, request)
+
+        return app
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        if self._api_key:
+            return {"authorization": f"Bearer {self._api_key}"}
+        given = request.headers.get("authorization")
+        return {"authorization": given} if given else {}
+
+    # --- one call ---------------------------------------------------------------------------
+
+    async def _call(
+        self, kind: str, rollout_id: str, attempt_id: str, request: Request
+    ) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            return _error(400, f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        try:
+            resources_id = await self._check_rollout(rollout_id, attempt_id)
+        except NotFoundError as exc:
+            return _error(404, exc.message, "not_found_error")
+        except AglError as exc:
+            return _error(503, f"the gateway cannot reach its store: {exc.message}", "store_error")
+        if self.enforce_resources:
+            body = await self._enforce(body, resources_id)
+        upstream = self.upstream_for(rollout_id)
+        record = CallRecord(rollout_id, attempt_id, kind, upstream, body, resources_id=resources_id)
+        forwarded = _ask_for_tokens(body, kind)
+        url = f"{upstream}/{'chat/completions' if kind == 'chat' else 'completions'}"
+        headers = self._headers(request)
+        if body.get("stream"):
+            return await self._stream(record, url, forwarded, headers, body)
+        started = time.perf_counter()
+        try:
+            reply = await self._client.post(url, json=forwarded, headers=headers)
+        except httpx.TimeoutException:
+            return self._failed(record, 504, f"upstream {upstream} timed out", "timeout")
+        except httpx.HTTPError as exc:
+            return self._failed(record, 502, f"upstream {upstream} unreachable: {exc}", "upstream")
+        record.upstream_ms = (time.perf_counter() - started) * 1000
+        if reply.status_code >= 400:
+            record.error = f"upstream answered {reply.status_code}: {reply.text[:500]}"
+            self.sender.submit(record.to_span())
+            return Response(reply.content, reply.status_code, media_type="application/json")
+        try:
+            data = reply.json()
+        except ValueError:
+            return self._failed(record, 502, f"upstream {upstream} sent no JSON", "upstream")
+        record.take_response(data)
+        self.sender.submit(record.to_span())
+        return JSONResponse(_as_asked(data, body, kind))
+
+    def _failed(self, record: CallRecord, status: int, message: str, kind: str) -> JSONResponse:
+        record.error = message
+        self.sender.submit(record.to_span())
+        return _error(status, message, f"{kind}_error")
+
+    async def _stream(
+        self,
+        record: CallRecord,
+        url: str,
+        forwarded: dict[str, Any],
+        headers: dict[str, str],
+        asked: dict[str, Any],
+    ) -> Response:
+        started = time.perf_counter()
+        request = self._client.build_request("POST", url, json=forwarded, headers=headers)
+        try:
+            reply = await self._client.send(request, stream=True)
+        except httpx.TimeoutException:
+            return self._failed(record, 504, f"upstream {record.upstream} timed out", "timeout")
+        except httpx.HTTPError as exc:
+            message = f"upstream {record.upstream} unreachable: {exc}"
+            return self._failed(record, 502, message, "upstream")
+        if reply.status_code >= 400:
+            content = await reply.aread()
+            await reply.aclose()
+            record.error = (
+                f"upstream answered {reply.status_code}: {content[:500].decode(errors='replace')}"
+            )
+            self.sender.submit(record.to_span())
+            return Response(content, reply.status_code, media_type="application/json")
+
+        async def relay() -> AsyncIterator[bytes]:
+            done = False
+            try:
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        done = True
+                        yield b"data: [DONE]\n\n"
+                        continue
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError:
+                        continue
+                    if record.upstream_ms is None:
+                        record.upstream_ms = (time.perf_counter() - started) * 1000
+                    record.take_chunk(chunk)
+                    visible = _as_asked(chunk, asked, record.kind)
+                    yield b"data: " + json.dumps(visible).encode() + b"\n\n"
+                done = True
+            except httpx.HTTPError as exc:
+                record.error = f"upstream stream broke: {exc}"
+            finally:
+                await reply.aclose()
+                if not done and record.error is None:
+                    record.error = "client disconnected before the stream ended"
+                record.finish_stream()
+                self.sender.submit(record.to_span())
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+
+    # --- rollouts and resources -------------------------------------------------------------
+
+    async def _check_rollout(self, rollout_id: str, attempt_id: str) -> str | None:
+        """Make sure the store knows the rollout and attempt; return its resources id."""
+        key = (rollout_id, attempt_id)
+        if key in self._known:
+            return self._known[key]
+        rollout = await self.store.get_rollout(rollout_id)
+        attempts = await self.store.query_attempts(rollout_id)
+        if attempt_id not in {attempt.attempt_id for attempt in attempts}:
+            raise NotFoundError(
+                f"rollout {rollout_id!r} has no attempt {attempt_id!r}",
+                field="attempt_id",
+                value=attempt_id,
+            )
+        resources_id = rollout.resources_id
+        if resources_id is None and self.enforce_resources:
+            latest = await self.store.get_resources()
+            resources_id = None if latest is None else latest.resources_id
+        if len(self._known) > 100_000:
+            self._known.clear()
+        self._known[key] = resources_id
+        return resources_id
+
+    async def _enforce(self, body: dict[str, Any], resources_id: str | None) -> dict[str, Any]:
+        if resources_id is None:
+            return body
+        if resources_id not in self._llm_by_resources:
+            update = await self.store.get_resources(resources_id)
+            llms = [r for r in (update.resources.values() if update else []) if isinstance(r, LLM)]
+            self._llm_by_resources[resources_id] = llms[0] if llms else None
+        llm = self._llm_by_resources[resources_id]
+        if llm is None:
+            return body
+        return {**body, **llm.sampling_parameters, "model": llm.model}
+
+
+def _ask_for_tokens(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The request as sent upstream: with token ids and the sampled tokens' logprobs."""
+    forwarded = {**body, "return_token_ids": True}
+    if kind == "chat" and not body.get("logprobs"):
+        forwarded["logprobs"] = True
+    if kind == "completions" and body.get("logprobs") is None:
+        forwarded["logprobs"] = 0
+    return forwarded
+
+
+def _as_asked(data: dict[str, Any], asked: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Remove from a response (or chunk) what the gateway added and the agent did not ask for."""
+    keep_ids = bool(asked.get("return_token_ids"))
+    keep_logprobs = (
+        bool(asked.get("logprobs")) if kind == "chat" else asked.get("logprobs") is not None
+    )
+    if keep_ids and keep_logprobs:
+        return data
+    out = dict(data)
+    if not keep_ids:
+        out.pop("prompt_token_ids", None)
+    choices = []
+    for original in out.get("choices") or []:
+        choice = dict(original) if isinstance(original, dict) else original
+        if isinstance(choice, dict):
+            if not keep_ids:
+                choice.pop("token_ids", None)
+                choice.pop("prompt_token_ids", None)
+            if not keep_logprobs and "logprobs" in choice:
+                choice["logprobs"] = None
+        choices.append(choice)
+    if "choices" in out:
+        out["choices"] = choices
+    return out

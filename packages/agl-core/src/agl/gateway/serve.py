@@ -1,0 +1,73 @@
+"""Run the gateway: in the foreground (``agl gateway serve``) or on a background thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agl._server_thread import ServerThread
+from agl.gateway.app import Gateway
+from agl.store.base import Store
+from agl.store.open import open_store
+
+__all__ = ["GatewayServer", "serve"]
+
+
+class GatewayServer(ServerThread):
+    """The gateway on a background thread; ``port=0`` picks a free port.
+
+    Example::
+
+        with GatewayServer([vllm_url], "http://store:4747") as gateway:
+            llm = agl.LLM(endpoint=gateway.rollout_url(rollout_id, attempt_id), model="policy")
+    """
+
+    thread_name = "agl-gateway"
+
+    def __init__(
+        self,
+        upstreams: Sequence[str],
+        store: str | Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        **options: Any,
+    ) -> None:
+        super().__init__(host=host, port=port, log_level=log_level)
+        self._upstreams = list(upstreams)
+        self._store = store
+        self._options = options
+        self.gateway: Gateway | None = None
+
+    @property
+    def url(self) -> str:
+        """The gateway's base URL (empty until started)."""
+        return self.base_url
+
+    def rollout_url(self, rollout_id: str, attempt_id: str) -> str:
+        """The OpenAI base URL an agent uses for one attempt of a rollout."""
+        return f"{self.base_url}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+
+    def create_app(self) -> Any:
+        store = open_store(self._store) if isinstance(self._store, str) else self._store
+        self.gateway = Gateway(
+            self._upstreams, store, close_store=isinstance(self._store, str), **self._options
+        )
+        return self.gateway.app
+
+
+def serve(
+    upstreams: Sequence[str],
+    store: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 4748,
+    log_level: str = "info",
+    **options: Any,
+) -> None:
+    """Serve the gateway until interrupted."""
+    import uvicorn
+
+    gateway = Gateway(upstreams, open_store(store), close_store=True, **options)
+    uvicorn.run(gateway.app, host=host, port=port, log_level=log_level, access_log=False)
