@@ -186,19 +186,24 @@ class Gateway:
         if status >= 400:
             text = content[:500].decode(errors="replace")
             record.error = f"upstream answered {status}: {text}"
-            self.sender.submit(record.to_span())
+            self._submit(record)
             return Response(content, status, media_type="application/json")
         try:
             data = json.loads(content)
         except ValueError:
             return self._failed(record, 502, f"upstream {upstream} sent no JSON", "upstream")
         record.take_response(data)
-        self.sender.submit(record.to_span())
+        self._submit(record)
         return JSONResponse(_as_asked(data, body, kind))
+
+    def _submit(self, record: CallRecord) -> None:
+        """Hand the finished call to the sender, which builds its span off the request path."""
+        record.end_ns = time.time_ns()
+        self.sender.submit(record.to_span)
 
     def _failed(self, record: CallRecord, status: int, message: str, kind: str) -> JSONResponse:
         record.error = message
-        self.sender.submit(record.to_span())
+        self._submit(record)
         return _error(status, message, f"{kind}_error")
 
     async def _stream(
@@ -222,7 +227,7 @@ class Gateway:
             reply.release()
             text = content[:500].decode(errors="replace")
             record.error = f"upstream answered {reply.status}: {text}"
-            self.sender.submit(record.to_span())
+            self._submit(record)
             return Response(content, reply.status, media_type="application/json")
 
         async def relay() -> AsyncIterator[bytes]:
@@ -254,7 +259,7 @@ class Gateway:
                 if not done and record.error is None:
                     record.error = "client disconnected before the stream ended"
                 record.finish_stream()
-                self.sender.submit(record.to_span())
+                self._submit(record)
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 

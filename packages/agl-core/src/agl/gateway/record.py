@@ -38,6 +38,7 @@ class CallRecord:
     upstream: str
     request: dict[str, Any]
     start_ns: int = field(default_factory=time.time_ns)
+    end_ns: int | None = None
     resources_id: str | None = None
     prompt_ids: list[int] | None = None
     response_ids: list[int] | None = None
@@ -169,7 +170,7 @@ class CallRecord:
             kind=SpanKind.SERVER,
             status=status,
             start_time_unix_nano=self.start_ns,
-            end_time_unix_nano=time.time_ns(),
+            end_time_unix_nano=self.end_ns or time.time_ns(),
         )
 
 

@@ -6,6 +6,9 @@ unreachable the sender keeps the spans and retries with backoff; if the buffer f
 spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A batch the
 store refuses as invalid (an unknown rollout, say) is dropped and counted as rejected, never
 retried forever.
+
+What is submitted may be a span or a function that builds one: building (converting an SDK
+span, serializing a call's JSON) then happens on the sender thread, off the agent's path.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agl.errors import AglError, StoreUnavailableError
@@ -24,6 +28,9 @@ from agl.store.base import Store
 __all__ = ["SenderStats", "SpanSender"]
 
 logger = logging.getLogger("agl.tracing")
+
+SpanSource = Span | Callable[[], Span]
+"""A span, or a function returning one (called on the sender thread)."""
 
 
 @dataclass
@@ -72,7 +79,7 @@ class SpanSender:
         self._max_buffer = max_buffer
         self._delay = delay
         self._max_backoff = max_backoff
-        self._buffer: collections.deque[Span] = collections.deque()
+        self._buffer: collections.deque[SpanSource] = collections.deque()
         self._lock = threading.Condition()
         self._enqueued = 0  # spans ever put in the buffer, dropped ones included
         self._settled = 0  # spans ever taken out: sent, rejected or dropped
@@ -83,8 +90,8 @@ class SpanSender:
         self._thread = threading.Thread(target=self._run, name="agl-span-sender", daemon=True)
         self._thread.start()
 
-    def submit(self, span: Span) -> None:
-        """Queue one finished span. Never blocks on the store."""
+    def submit(self, span: SpanSource) -> None:
+        """Queue one finished span (or a function building it). Never blocks on the store."""
         with self._lock:
             if len(self._buffer) >= self._max_buffer:
                 self._buffer.popleft()
@@ -139,15 +146,17 @@ class SpanSender:
         # thread), so an idle sender never holds up the interpreter's exit.
         loop = asyncio.new_event_loop()
         try:
-            while (batch := self._take_batch()) is not None:
-                loop.run_until_complete(self._send(batch))
+            while (sources := self._take_batch()) is not None:
+                batch = self._build(sources)
+                if batch:
+                    loop.run_until_complete(self._send(batch))
         finally:
             release = getattr(self._store, "release_loop", None)
             if release is not None:
                 loop.run_until_complete(release())
             loop.close()
 
-    def _take_batch(self) -> list[Span] | None:
+    def _take_batch(self) -> list[SpanSource] | None:
         """Wait for a full batch, a flush, the delay, or stop; return what to send."""
         with self._lock:
             started = time.monotonic()
@@ -168,6 +177,20 @@ class SpanSender:
         with self._lock:
             self._settled += count
             self._lock.notify_all()
+
+    def _build(self, sources: list[SpanSource]) -> list[Span]:
+        batch = []
+        for source in sources:
+            if isinstance(source, Span):
+                batch.append(source)
+                continue
+            try:
+                batch.append(source())
+            except Exception:
+                logger.exception("agl could not build a span; it is dropped")
+                self.stats.rejected += 1
+                self._settle(1)
+        return batch
 
     async def _send(self, batch: list[Span]) -> None:
         """Send one batch, retrying while the store is unreachable; then settle it."""

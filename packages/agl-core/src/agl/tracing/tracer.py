@@ -76,7 +76,7 @@ class _StampingProcessor(SpanProcessor):
         if not isinstance(rollout_id, str) or not isinstance(attempt_id, str):
             self._tracer._count_unattributed()
             return
-        self._tracer.sender.submit(to_agl_span(span, rollout_id, attempt_id))
+        self._tracer.sender.submit(lambda: to_agl_span(span, rollout_id, attempt_id))
 
     def shutdown(self) -> None:
         # The provider shuts down at interpreter exit too: send what is left, briefly.
