@@ -103,6 +103,21 @@ class LLM(Resource):
     model: str = Field(min_length=1)
     sampling_parameters: dict[str, JsonValue] = Field(default_factory=dict)
 
+    def for_attempt(self, rollout_id: str, attempt_id: str) -> LLM:
+        """Return this LLM with ``{rollout_id}`` and ``{attempt_id}`` in its endpoint filled in.
+
+        An LLM served through the gateway is published with an endpoint such as
+        ``http://gateway/rollout/{rollout_id}/attempt/{attempt_id}/v1``; the runner gives each
+        attempt its own concrete URL, so the agent simply uses ``base_url=llm.endpoint``.
+        Endpoints without placeholders are returned unchanged.
+        """
+        if "{rollout_id}" not in self.endpoint and "{attempt_id}" not in self.endpoint:
+            return self
+        endpoint = self.endpoint.replace("{rollout_id}", rollout_id).replace(
+            "{attempt_id}", attempt_id
+        )
+        return self.model_copy(update={"endpoint": endpoint})
+
 
 @register_resource_type
 class PromptTemplate(Resource):

@@ -8,22 +8,25 @@ Attempt statuses::
 
     preparing ──► running ──► succeeded
         │            │
-        └────────────┴──────► failed | timeout | unresponsive | cancelled
+        └────────────┴──────► failed | timeout | unresponsive | cancelled | released
 
 ``preparing`` is where a claimed attempt starts; the runner moves it to ``running``. The five
 statuses on the right are final: once there, an attempt never changes again, and a late report
 for it (a result from a runner the store already gave up on) is refused with a
 :class:`~agl.errors.ConflictError`. The store itself sets ``timeout`` (the attempt ran longer
 than ``RolloutConfig.timeout_seconds``) and ``unresponsive`` (no heartbeat for
-``RolloutConfig.unresponsive_seconds``).
+``RolloutConfig.unresponsive_seconds``). A runner that stops before an attempt finishes (it was
+asked to shut down) ends it as ``released``: the rollout goes back to the queue, and a released
+attempt does not count towards ``max_attempts``, since the task itself never failed.
 
 Rollout statuses::
 
     queuing ──► preparing ──► running ──► succeeded
        ▲            │            │
        │            └─────┬──────┘
-       │                  ▼ an attempt ends failed / timeout / unresponsive
-       └── requeuing ◄── retry? (outcome in config.retry_on and attempts < max_attempts)
+       │                  ▼ an attempt ends failed / timeout / unresponsive / released
+       └── requeuing ◄── released, or retry? (outcome in config.retry_on and attempts
+                          │  < max_attempts, released attempts not counted)
                           │ no
                           ▼
                         failed
@@ -69,6 +72,7 @@ class AttemptStatus(StrEnum):
     TIMEOUT = "timeout"
     UNRESPONSIVE = "unresponsive"
     CANCELLED = "cancelled"
+    RELEASED = "released"
 
     @property
     def is_final(self) -> bool:

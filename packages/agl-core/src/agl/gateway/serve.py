@@ -45,6 +45,15 @@ class GatewayServer(ServerThread):
         """The gateway's base URL (empty until started)."""
         return self.base_url
 
+    @property
+    def endpoint_template(self) -> str:
+        """The endpoint to publish in an :class:`~agl.LLM` resource served through this gateway.
+
+        It holds ``{rollout_id}`` and ``{attempt_id}`` placeholders, which the runner fills in
+        for each attempt (:meth:`agl.LLM.for_attempt`).
+        """
+        return f"{self.base_url}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+
     def rollout_url(self, rollout_id: str, attempt_id: str) -> str:
         """The OpenAI base URL an agent uses for one attempt of a rollout."""
         return f"{self.base_url}/rollout/{rollout_id}/attempt/{attempt_id}/v1"

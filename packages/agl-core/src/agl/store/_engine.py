@@ -386,12 +386,27 @@ def _move_attempt(
     elif status == AttemptStatus.CANCELLED:
         rollout.status = RolloutStatus.CANCELLED
         rollout.end_time = now
-    elif status in rollout.config.retry_on and rollout.num_attempts < rollout.config.max_attempts:
+    elif status == AttemptStatus.RELEASED or (
+        status in rollout.config.retry_on
+        and _counted_attempts(tx, rollout) < rollout.config.max_attempts
+    ):
         rollout.status = RolloutStatus.REQUEUING
     else:
         rollout.status = RolloutStatus.FAILED
         rollout.end_time = now
     tx.rollout_update(rollout)
+
+
+def _counted_attempts(tx: Transaction, rollout: Rollout) -> int:
+    """Attempts that count towards ``max_attempts``: all but those a runner released."""
+    if rollout.num_attempts < rollout.config.max_attempts:
+        return rollout.num_attempts  # below the limit even counting every attempt
+    released = sum(
+        1
+        for attempt in tx.attempts_of(rollout.rollout_id)
+        if attempt.status == AttemptStatus.RELEASED
+    )
+    return rollout.num_attempts - released
 
 
 def _deadline(rollout: Rollout, attempt: Attempt) -> float | None:

@@ -297,6 +297,51 @@ class StoreConformance:
         attempts = await store.query_attempts(rollout_id)
         assert [a.sequence for a in attempts] == [1, 2]
 
+    async def test_released_attempt_requeues_without_using_up_tries(self, store: Store) -> None:
+        # max_attempts=1: a failure would end the rollout, a release gives it back.
+        [first] = await _claim(store)
+        rollout_id = first.rollout.rollout_id
+        await store.update_attempt(
+            rollout_id,
+            first.attempt.attempt_id,
+            status=AttemptStatus.RELEASED,
+            reason="runner shutting down",
+        )
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.REQUEUING
+        [second] = await store.dequeue_rollouts()
+        assert (second.rollout.rollout_id, second.attempt.sequence) == (rollout_id, 2)
+        # The released try does not count: this failure is the first counted one, and final.
+        await store.update_attempt(
+            rollout_id, second.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        rollout = await store.get_rollout(rollout_id)
+        assert (rollout.status, rollout.num_attempts) == (RolloutStatus.FAILED, 2)
+        first_attempt = (await store.query_attempts(rollout_id))[0]
+        assert first_attempt.status == AttemptStatus.RELEASED
+        assert first_attempt.reason == "runner shutting down"
+        with pytest.raises(ConflictError):  # a released attempt is final
+            await store.update_attempt(
+                rollout_id, first.attempt.attempt_id, status=AttemptStatus.SUCCEEDED
+            )
+
+    async def test_release_counts_only_failures_towards_max_attempts(self, store: Store) -> None:
+        config = RolloutConfig(max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        [second] = await store.dequeue_rollouts()
+        await store.update_attempt(
+            rollout_id, second.attempt.attempt_id, status=AttemptStatus.RELEASED
+        )
+        [third] = await store.dequeue_rollouts()
+        await store.update_attempt(
+            rollout_id, third.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.FAILED
+        assert third.attempt.sequence == 3
+
     async def test_retry_on_chooses_which_outcomes_retry(self, store: Store) -> None:
         config = RolloutConfig(max_attempts=3, retry_on=frozenset({AttemptStatus.TIMEOUT}))
         [claim] = await _claim(store, RolloutRequest(input=1, config=config))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -84,6 +85,8 @@ class SpanSender:
         self._enqueued = 0  # spans ever put in the buffer, dropped ones included
         self._settled = 0  # spans ever taken out: sent, rejected or dropped
         self._flush_waiters = 0
+        # (target, loop, future) of coroutines waiting in flush_async
+        self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._stopping = False
         self._backoff = 0.05
         self.stats = SenderStats()
@@ -131,6 +134,29 @@ class SpanSender:
             finally:
                 self._flush_waiters -= 1
 
+    async def flush_async(self, timeout: float = 30.0) -> bool:
+        """:meth:`flush` for coroutines: waits without holding a thread."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            target = self._enqueued
+            if self._settled >= target:
+                return True
+            waiter = (target, loop, future)
+            self._async_waiters.append(waiter)
+            self._flush_waiters += 1
+            self._lock.notify_all()
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                self._flush_waiters -= 1
+                if waiter in self._async_waiters:
+                    self._async_waiters.remove(waiter)
+
     def close(self, timeout: float = 30.0) -> None:
         """Flush, then stop the sender thread."""
         self.flush(timeout)
@@ -177,6 +203,17 @@ class SpanSender:
         with self._lock:
             self._settled += count
             self._lock.notify_all()
+            if not self._async_waiters:
+                return
+            waiting = []
+            for waiter in self._async_waiters:
+                target, loop, future = waiter
+                if target > self._settled:
+                    waiting.append(waiter)
+                    continue
+                with contextlib.suppress(RuntimeError):  # the waiter's loop has closed
+                    loop.call_soon_threadsafe(_resolve, future)
+            self._async_waiters = waiting
 
     def _build(self, sources: list[SpanSource]) -> list[Span]:
         batch = []
@@ -217,3 +254,8 @@ class SpanSender:
                 self._backoff = 0.05
             break
         self._settle(len(batch))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

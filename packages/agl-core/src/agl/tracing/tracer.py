@@ -161,13 +161,11 @@ class Tracer:
 
         Spans are flushed even when the block raises; the exception then propagates.
         """
-        import asyncio
-
         try:
             with self._bind(rollout_id, attempt_id, name) as binding:
                 yield binding
         finally:
-            await asyncio.to_thread(self.sender.flush, self.flush_timeout)
+            await self.sender.flush_async(self.flush_timeout)
 
     @contextlib.contextmanager
     def rollout_sync(

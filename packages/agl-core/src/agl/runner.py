@@ -1,0 +1,488 @@
+"""The runner: claims rollouts from a store and runs the agent on them, many at once.
+
+::
+
+    runner = agl.Runner(agent, "http://trainer-host:4747", concurrency=64)
+    await runner.run()          # until stopped (SIGINT/SIGTERM, stop(), or max_rollouts)
+
+One runner is one asyncio loop running up to ``concurrency`` rollouts at a time; start as many
+runner processes on as many machines as you like (``agl runner --store URL --agent mod:fn``):
+they share nothing but the store, which hands each rollout to one of them.
+
+For each claimed attempt the runner:
+
+1. reports it ``running`` and fetches the resources the rollout names (LLM endpoints get the
+   rollout and attempt filled in, see :meth:`agl.LLM.for_attempt`);
+2. runs the agent inside a trace bound to the attempt (:meth:`agl.Tracer.rollout`), sync
+   agents on a worker thread;
+3. records what the agent returned as a reward span, or its exception as an exception span;
+4. flushes the attempt's spans to the store, and only then reports the outcome, so whoever sees
+   the rollout finished also sees all of its spans.
+
+Failures never take the runner down; each becomes a final attempt status with a reason:
+``failed`` (the agent raised, could not be called as written, or returned something that is
+not a reward), ``timeout`` (the rollout's ``timeout_seconds`` passed: the agent is cancelled).
+Retries are the store's business (``RolloutConfig.max_attempts`` / ``retry_on``). Heartbeats
+go out for every running attempt; when one is refused because the store already ended the
+attempt (timed out, found unresponsive, cancelled), the agent is cancelled and its result is
+not reported.
+
+Stopping (SIGINT/SIGTERM, or :meth:`Runner.stop`): the runner stops claiming, lets running
+attempts finish for up to ``drain_timeout`` seconds, then cancels the rest and reports them
+``released``, which puts their rollouts back in the queue for another runner without using up
+a try. A second signal skips the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import inspect
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agl.agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
+from agl.errors import ConflictError, NotFoundError, StoreUnavailableError
+from agl.resources import LLM, Resource
+from agl.rollouts import AttemptStatus, Claim
+from agl.store.base import Store
+
+__all__ = ["Runner", "RunnerStats"]
+
+logger = logging.getLogger("agl.runner")
+
+
+@dataclass
+class RunnerStats:
+    """What a runner did. Each claimed attempt ends in exactly one of the outcome counters."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    released: int = 0
+    abandoned: int = 0
+    """Attempts the store ended first (timed out, unresponsive, cancelled): not reported."""
+    store_errors: int = 0
+    """Store calls that failed after the client's own retries (the runner kept going)."""
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Failure reasons, with how often each occurred (first line of the reason)."""
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.timed_out + self.released + self.abandoned
+
+
+class _Stale(Exception):
+    """The store already ended this attempt: stop working on it and report nothing."""
+
+
+class Runner:
+    """Run an agent on the rollouts of a store.
+
+    Args:
+        agent: An ``@agl.rollout`` function, a :class:`~agl.LitAgent`, a plain function, or a
+            ``"package.module:function"`` string.
+        store: A store, or its URL (then the runner opens and closes it).
+        concurrency: Rollouts run at once by this runner.
+        worker_id: The runner's name in the store (default: host, pid and a random suffix).
+        heartbeat_interval: Seconds between heartbeats; by default a third of the shortest
+            ``unresponsive_seconds`` among running rollouts, and at most 10 s.
+        poll_wait: Seconds one long-poll for new rollouts waits; also the longest a stop waits
+            for a claim in progress.
+        drain_timeout: On stop, seconds to let running attempts finish before releasing them.
+        max_rollouts: Stop after claiming this many (for tests and one-off jobs).
+        tracer: A :class:`~agl.Tracer` to use (default: one of the runner's own).
+        handle_signals: Stop on SIGINT/SIGTERM (only when running in the main thread).
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        store: Store | str,
+        *,
+        concurrency: int = 16,
+        worker_id: str | None = None,
+        heartbeat_interval: float | None = None,
+        poll_wait: float = 1.0,
+        drain_timeout: float = 30.0,
+        max_rollouts: int | None = None,
+        tracer: Any = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.agent: LitAgent = as_agent(agent)
+        self._store_arg = store
+        self.store: Store | None = None if isinstance(store, str) else store
+        self.concurrency = concurrency
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
+        )
+        self.heartbeat_interval = heartbeat_interval
+        self.poll_wait = poll_wait
+        self.drain_timeout = drain_timeout
+        self.max_rollouts = max_rollouts
+        self.handle_signals = handle_signals
+        self.stats = RunnerStats()
+        self._tracer = tracer
+        self._owns_tracer = tracer is None
+        self._running: dict[asyncio.Task[None], Claim] = {}
+        self._released: set[asyncio.Task[None]] = set()
+        self._stale: set[asyncio.Task[None]] = set()
+        self._stopping: asyncio.Event | None = None
+        self._drain = True
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._resources: dict[str, dict[str, Resource]] = {}
+        self._latest: tuple[float, str, dict[str, Resource]] | None = None
+
+    # --- control ----------------------------------------------------------------------------
+
+    def stop(self, drain: bool = True) -> None:
+        """Stop claiming; finish (``drain``) or release the running attempts. Thread-safe."""
+        loop, event = self._loop, self._stopping
+        if loop is None or event is None:
+            return
+
+        def request() -> None:
+            if event.is_set():
+                self._drain = False  # asked twice: stop draining
+            else:
+                self._drain = drain
+            event.set()
+
+        with contextlib.suppress(RuntimeError):  # the loop has already closed
+            loop.call_soon_threadsafe(request)
+
+    async def run(self) -> RunnerStats:
+        """Run until stopped; return what was done."""
+        from agl.store.open import open_store
+        from agl.tracing import Tracer
+
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        owns_store = self.store is None
+        if self.store is None:
+            assert isinstance(self._store_arg, str)
+            self.store = open_store(self._store_arg)
+        if self._tracer is None:
+            self._tracer = Tracer(self.store)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix="agl-agent"
+        )
+        signals = self._install_signals()
+        heartbeats = asyncio.create_task(self._heartbeats(), name="agl-heartbeats")
+        try:
+            await self._claim_loop()
+            await self._wind_down()
+        finally:
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
+            for sig in signals:
+                self._loop.remove_signal_handler(sig)
+            # Threads of sync agents that were timed out may still run: do not wait for them.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._owns_tracer:
+                await asyncio.to_thread(self._tracer.close)
+            if owns_store:
+                await self.store.close()
+        return self.stats
+
+    def run_sync(self) -> RunnerStats:
+        """:meth:`run` in a new event loop (for scripts and the CLI)."""
+        return asyncio.run(self.run())
+
+    # --- the claim loop ---------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self.store is not None
+        assert self._stopping is not None
+        backoff = 0.1
+        while not self._stopping.is_set():
+            if self.max_rollouts is not None and self.stats.claimed >= self.max_rollouts:
+                break
+            free = self.concurrency - len(self._running)
+            if self.max_rollouts is not None:
+                free = min(free, self.max_rollouts - self.stats.claimed)
+            if free <= 0:
+                await self._wait_for_slot()
+                continue
+            try:
+                # Not cancelled on stop: a claim the store made but the runner never saw would
+                # hang in 'preparing'. A stop waits for it (at most poll_wait), then releases.
+                claims = await self.store.dequeue_rollouts(
+                    limit=free, worker_id=self.worker_id, wait=self.poll_wait
+                )
+            except StoreUnavailableError as exc:
+                self.stats.store_errors += 1
+                logger.warning("store unreachable, retrying in %.1f s: %s", backoff, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.1
+            for claim in claims:
+                self.stats.claimed += 1
+                task = asyncio.create_task(
+                    self._run_attempt(claim), name=f"agl-rollout-{claim.rollout.rollout_id}"
+                )
+                self._running[task] = claim
+                task.add_done_callback(self._finished)
+                if self._stopping.is_set():
+                    self._release(task)
+
+    async def _wait_for_slot(self) -> None:
+        assert self._stopping is not None
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([*self._running, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:  # a bug in the runner itself
+            logger.error("agl runner task failed", exc_info=task.exception())
+
+    async def _wind_down(self) -> None:
+        if not self._running:
+            return
+        if self._drain and self.drain_timeout > 0:
+            assert self._stopping is not None
+            logger.info(
+                "stopping: waiting up to %.0f s for %d running rollout(s)",
+                self.drain_timeout,
+                len(self._running),
+            )
+            deadline = time.monotonic() + self.drain_timeout
+            while self._running and self._drain:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.wait(list(self._running), timeout=min(remaining, 0.2))
+        for task in list(self._running):
+            self._release(task)
+        if self._running:
+            await asyncio.wait(list(self._running))
+
+    def _release(self, task: asyncio.Task[None]) -> None:
+        if task not in self._released:
+            self._released.add(task)
+            task.cancel()
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    async def _run_attempt(self, claim: Claim) -> None:
+        assert self.store is not None
+        assert self._tracer is not None
+        rollout, attempt = claim.rollout, claim.attempt
+        ids = (rollout.rollout_id, attempt.attempt_id)
+        task = asyncio.current_task()
+        assert task is not None
+        status, reason = AttemptStatus.SUCCEEDED, None
+        try:
+            await self._report(*ids, status=AttemptStatus.RUNNING)
+            timeout = rollout.config.timeout_seconds
+            async with self._tracer.rollout(*ids, name=f"agl.rollout {self.agent.name}"):
+                try:
+                    async with asyncio.timeout(timeout):
+                        resources = await self._fetch_resources(rollout.resources_id, *ids)
+                        inputs = AttemptInputs(rollout.input, rollout, attempt, resources)
+                        result = await self._call_agent(inputs)
+                    rewards = normalize_result(result, self.agent.primary_reward)
+                    if rewards is not None:
+                        from agl.emitters import emit_reward
+
+                        emit_reward(rewards[0], primary=rewards[1])
+                except TimeoutError:
+                    if task.cancelling():
+                        raise  # released or stale, not the agent's timeout
+                    status = AttemptStatus.TIMEOUT
+                    reason = f"ran longer than timeout_seconds={timeout:g} and was cancelled"
+                    from agl.emitters import emit_exception
+
+                    emit_exception(TimeoutError(reason))
+                except (_Stale, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    from agl.emitters import emit_exception
+
+                    emit_exception(exc)
+                    status = AttemptStatus.FAILED
+                    reason = _reason(exc)
+        except asyncio.CancelledError:
+            if task in self._stale:
+                self.stats.abandoned += 1
+                return
+            if task not in self._released:
+                raise
+            status, reason = AttemptStatus.RELEASED, "the runner stopped before the attempt ended"
+            task.uncancel()
+        except _Stale:
+            self.stats.abandoned += 1
+            return
+        try:
+            await self._report(*ids, status=status, reason=reason)
+        except _Stale:
+            self.stats.abandoned += 1
+            return
+        self._count(status, reason)
+
+    async def _call_agent(self, inputs: AttemptInputs) -> Any:
+        call = self.agent.bind(inputs)
+        function = getattr(call, "func", call)
+        if inspect.iscoroutinefunction(function):
+            return await call()
+        assert self._loop is not None
+        context = contextvars.copy_context()  # carries the trace binding into the thread
+        result = await self._loop.run_in_executor(self._executor, context.run, call)
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            return await result
+        return result
+
+    async def _fetch_resources(
+        self, resources_id: str | None, rollout_id: str, attempt_id: str
+    ) -> dict[str, Resource]:
+        assert self.store is not None
+        if resources_id is not None:
+            cached = self._resources.get(resources_id)
+            if cached is None:
+                try:
+                    update = await self.store.get_resources(resources_id)
+                except NotFoundError as exc:
+                    raise AgentError(f"the rollout's resources {resources_id!r} are gone") from exc
+                cached = dict(update.resources) if update is not None else {}
+                self._resources[resources_id] = cached
+        else:  # the latest set: re-read at most once a second
+            now = time.monotonic()
+            if self._latest is None or now - self._latest[0] > 1.0:
+                update = await self.store.get_resources()
+                rid = update.resources_id if update is not None else ""
+                self._latest = (now, rid, dict(update.resources) if update is not None else {})
+            cached = self._latest[2]
+        return {
+            name: value.for_attempt(rollout_id, attempt_id) if isinstance(value, LLM) else value
+            for name, value in cached.items()
+        }
+
+    async def _report(
+        self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None = None
+    ) -> None:
+        """Report a status, retrying while the store is away; raise _Stale if it moved on."""
+        assert self.store is not None
+        delay = 0.2
+        while True:
+            try:
+                await self.store.update_attempt(
+                    rollout_id, attempt_id, status=status, reason=reason
+                )
+                return
+            except ConflictError as exc:
+                logger.info(
+                    "attempt %s of %s was ended by the store: %s", attempt_id, rollout_id, exc
+                )
+                raise _Stale from exc
+            except StoreUnavailableError as exc:
+                self.stats.store_errors += 1
+                if not status.is_final:
+                    # A 'running' report can be skipped; the heartbeat or the result follows.
+                    logger.warning("could not report %s for %s: %s", status.value, attempt_id, exc)
+                    return
+                logger.warning("store unreachable, retrying the report in %.1f s: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _count(self, status: AttemptStatus, reason: str | None) -> None:
+        if status == AttemptStatus.SUCCEEDED:
+            self.stats.succeeded += 1
+            return
+        if status == AttemptStatus.RELEASED:
+            self.stats.released += 1
+            return
+        if status == AttemptStatus.TIMEOUT:
+            self.stats.timed_out += 1
+        else:
+            self.stats.failed += 1
+        key = (reason or status.value).splitlines()[0][:200]
+        self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
+
+    # --- heartbeats -------------------------------------------------------------------------
+
+    def _interval(self) -> float:
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        limits = [
+            claim.rollout.config.unresponsive_seconds
+            for claim in self._running.values()
+            if claim.rollout.config.unresponsive_seconds is not None
+        ]
+        return min([10.0, *(limit / 3 for limit in limits)])
+
+    async def _heartbeats(self) -> None:
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(self._interval())
+            running = [(task, claim) for task, claim in self._running.items() if not task.done()]
+            results = await asyncio.gather(
+                *(
+                    self.store.update_attempt(c.rollout.rollout_id, c.attempt.attempt_id)
+                    for _, c in running
+                ),
+                return_exceptions=True,
+            )
+            for (task, claim), result in zip(running, results, strict=True):
+                if isinstance(result, ConflictError):
+                    logger.info(
+                        "rollout %s: %s; cancelling the agent", claim.rollout.rollout_id, result
+                    )
+                    self._stale.add(task)
+                    task.cancel()
+                elif isinstance(result, StoreUnavailableError):
+                    self.stats.store_errors += 1
+                elif isinstance(result, Exception):
+                    logger.warning("heartbeat for %s failed: %s", claim.attempt.attempt_id, result)
+
+    def _install_signals(self) -> list[int]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return []
+        assert self._loop is not None
+        installed: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix loops
+                continue
+            installed.append(sig)
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        assert self._stopping is not None
+        if self._stopping.is_set():
+            logger.warning("second %s: releasing running rollouts now", signal.Signals(sig).name)
+        else:
+            logger.warning(
+                "%s: no new rollouts; finishing %d running (up to %.0f s; again to release)",
+                signal.Signals(sig).name,
+                len(self._running),
+                self.drain_timeout,
+            )
+        self.stop(drain=True)
+
+
+def _reason(exc: BaseException) -> str:
+    """A one-line reason for a failed attempt: the exception's type and message."""
+    if isinstance(exc, AgentError):
+        return str(exc)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__qualname__
+    return f"{name}: {message}"[:500] if message else name
