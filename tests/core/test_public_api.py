@@ -15,7 +15,8 @@ EXPECTED = {
     "StoreStatistics", "StoreUnavailableError", "TemplateFormatError", "UnauthorizedError",
     "Worker", "open_store", "register_resource_type", "resource_types", "NoRolloutError",
     "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
-    "operation",
+    "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
+    "RolloutResult", "Runner", "Trainer", "rollout",
 }  # fmt: skip
 
 

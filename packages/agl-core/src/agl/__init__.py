@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from agl.agent import LitAgent, rollout
 from agl.emitters import (
     NoRolloutError,
     emit_annotation,
@@ -45,29 +46,52 @@ from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCod
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
+    from agl.algorithm import Algorithm, AlgorithmContext, Baseline
+    from agl.results import RolloutResult
+    from agl.runner import Runner
     from agl.tracing import Tracer
+    from agl.trainer import FitResult, Trainer
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
-    # The tracer pulls in the OpenTelemetry SDK: load it on first use, keeping `import agl` light.
-    if name == "Tracer":
-        from agl.tracing import Tracer
+_LAZY = {
+    "Algorithm": "agl.algorithm",
+    "AlgorithmContext": "agl.algorithm",
+    "Baseline": "agl.algorithm",
+    "FitResult": "agl.trainer",
+    "RolloutResult": "agl.results",
+    "Runner": "agl.runner",
+    "Tracer": "agl.tracing",
+    "Trainer": "agl.trainer",
+}
 
-        return Tracer
-    raise AttributeError(f"module 'agl' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    # These pull in the OpenTelemetry SDK, rich's progress bars and the like: load them on
+    # first use, keeping `import agl` light.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agl' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
     "LLM",
     "AglError",
+    "Algorithm",
+    "AlgorithmContext",
     "Attempt",
     "AttemptStatus",
+    "Baseline",
     "Claim",
     "ConflictError",
+    "FitResult",
     "GenericResource",
     "InvalidInputError",
+    "LitAgent",
     "NoRolloutError",
     "NotFoundError",
     "PromptTemplate",
@@ -77,7 +101,9 @@ __all__ = [
     "RolloutConfig",
     "RolloutPage",
     "RolloutRequest",
+    "RolloutResult",
     "RolloutStatus",
+    "Runner",
     "Span",
     "SpanEvent",
     "SpanKind",
@@ -90,6 +116,7 @@ __all__ = [
     "StoreUnavailableError",
     "TemplateFormatError",
     "Tracer",
+    "Trainer",
     "UnauthorizedError",
     "Worker",
     "emit_annotation",
@@ -101,4 +128,5 @@ __all__ = [
     "operation",
     "register_resource_type",
     "resource_types",
+    "rollout",
 ]

@@ -470,7 +470,8 @@ class Runner:
         if self._stopping.is_set():
             logger.warning("second %s: releasing running rollouts now", signal.Signals(sig).name)
         else:
-            logger.warning(
+            logger.log(
+                logging.WARNING if self._running else logging.INFO,
                 "%s: no new rollouts; finishing %d running (up to %.0f s; again to release)",
                 signal.Signals(sig).name,
                 len(self._running),

@@ -1,0 +1,250 @@
+"""The algorithm interface, the context a trainer gives an algorithm, and :class:`Baseline`.
+
+An algorithm drives the loop (see ARCHITECTURE.md): it enqueues rollouts, publishes resources,
+reads finished rollouts back, updates what it trains, and logs metrics. It does all of that
+through an :class:`AlgorithmContext`, which the :class:`~agl.Trainer` builds with the store,
+the runners and (on request) the gateway already running::
+
+    class MyAlgorithm(agl.Algorithm):
+        async def run(self, ctx: agl.AlgorithmContext) -> None:
+            update = await ctx.publish({"llm": await ctx.serve_llm([policy_url], "policy")})
+            for step, batch in enumerate(ctx.batches(ctx.train_tasks, 32)):
+                results = await ctx.run_rollouts(batch, resources_id=update.resources_id)
+                ...                                    # learn from results[i].spans
+                ctx.log(step, {"reward/mean": mean(r.reward or 0.0 for r in results)})
+"""
+
+from __future__ import annotations
+
+import abc
+import statistics
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import JsonValue
+
+from agl.errors import InvalidInputError
+from agl.resources import LLM, Resource, ResourcesUpdate
+from agl.results import RolloutResult, fetch_results
+from agl.rollouts import RolloutConfig, RolloutMode, RolloutRequest
+from agl.store.base import Store
+
+__all__ = ["Algorithm", "AlgorithmContext", "Baseline", "reward_metrics"]
+
+T = TypeVar("T")
+
+
+class Algorithm(abc.ABC):
+    """What trains: subclass it and implement :meth:`run`.
+
+    Attributes:
+        name: Shown in logs and ``agl plugins``.
+    """
+
+    name: ClassVar[str] = "algorithm"
+
+    @abc.abstractmethod
+    async def run(self, ctx: AlgorithmContext) -> None:
+        """Train (or evaluate) using the context's tasks, store, runners and metrics."""
+
+
+class AlgorithmContext:
+    """Everything an algorithm works with during one run (built by the trainer).
+
+    Attributes:
+        store: The run's store.
+        run_dir: Where the run writes its files (metrics, checkpoints, plots).
+        train_tasks / val_tasks: The datasets, as lists of task inputs.
+        resources: Resources the user gave the trainer (published before :meth:`run` starts).
+        resources_id: The id of the latest published resource set.
+        rollout_config: The config enqueued rollouts get unless told otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        run_dir: Path,
+        train_tasks: list[JsonValue],
+        val_tasks: list[JsonValue],
+        resources: Mapping[str, Resource],
+        rollout_config: RolloutConfig,
+        metrics: Any,
+        progress: Any,
+        start_gateway: Any,
+    ) -> None:
+        self.store = store
+        self.run_dir = run_dir
+        self.train_tasks = train_tasks
+        self.val_tasks = val_tasks
+        self.resources = dict(resources)
+        self.resources_id: str | None = None
+        self.rollout_config = rollout_config
+        self._metrics = metrics
+        self._progress = progress
+        self._start_gateway = start_gateway
+        self.history: list[dict[str, float]] = []
+        """Every metrics row logged so far (``step`` included)."""
+        self.totals = {"rollouts": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "retried": 0}
+
+    async def publish(self, resources: Mapping[str, Resource]) -> ResourcesUpdate:
+        """Publish a new version of the resources; later rollouts use it by default."""
+        update = await self.store.add_resources(resources)
+        self.resources = dict(update.resources)
+        self.resources_id = update.resources_id
+        return update
+
+    async def serve_llm(
+        self,
+        upstreams: Sequence[str],
+        model: str,
+        sampling_parameters: Mapping[str, JsonValue] | None = None,
+        *,
+        enforce_resources: bool = True,
+    ) -> LLM:
+        """Start the gateway in front of ``upstreams`` (once per run); return the LLM resource.
+
+        Agents given this resource call the gateway, which records every call with the engine's
+        token ids; publish it with :meth:`publish`.
+        """
+        template = await self._start_gateway(list(upstreams), enforce_resources)
+        return LLM(
+            endpoint=template, model=model, sampling_parameters=dict(sampling_parameters or {})
+        )
+
+    async def run_rollouts(
+        self,
+        tasks: Sequence[JsonValue],
+        *,
+        mode: RolloutMode = "train",
+        n: int = 1,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        description: str | None = None,
+    ) -> list[RolloutResult]:
+        """Enqueue ``n`` rollouts per task, wait for all to finish, return their results.
+
+        Results come in task order (the ``n`` samples of a task together); each rollout's
+        ``metadata`` holds ``task_index`` and ``sample``, for grouping. Shows progress.
+        """
+        if n < 1:
+            raise InvalidInputError(f"n must be at least 1, got {n}", field="n", value=n)
+        requests = [
+            RolloutRequest(
+                input=task,
+                mode=mode,
+                config=config or self.rollout_config,
+                resources_id=resources_id or self.resources_id,
+                metadata={**(metadata or {}), "task_index": index, "sample": sample},
+            )
+            for index, task in enumerate(tasks)
+            for sample in range(n)
+        ]
+        rollouts = await self.store.enqueue_rollouts(requests)
+        ids = [rollout.rollout_id for rollout in rollouts]
+        finished: dict[str, RolloutResult] = {}
+        label = description or f"{mode} rollouts"
+        with self._progress(label, len(ids)) as bar:
+            pending = list(ids)
+            while pending:
+                done = await self.store.wait_for_rollouts(pending, timeout=0.5)
+                if not done:
+                    continue
+                for result in await fetch_results(self.store, done):
+                    finished[result.rollout.rollout_id] = result
+                    bar.advance(result)
+                done_ids = {rollout.rollout_id for rollout in done}
+                pending = [rollout_id for rollout_id in pending if rollout_id not in done_ids]
+        results = [finished[rollout_id] for rollout_id in ids]
+        self.totals["rollouts"] += len(results)
+        self.totals["succeeded"] += sum(result.succeeded for result in results)
+        self.totals["cancelled"] += sum(result.status == "cancelled" for result in results)
+        self.totals["failed"] += sum(result.status == "failed" for result in results)
+        self.totals["retried"] += sum(result.retried for result in results)
+        return results
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Record one step's metrics (console, ``metrics.jsonl``, TensorBoard when installed)."""
+        self._metrics.log(step, metrics)
+        self.history.append({"step": float(step), **metrics})
+
+    @staticmethod
+    def batches(items: Sequence[T], size: int | None) -> Iterator[list[T]]:
+        """Split ``items`` into consecutive batches of ``size`` (one batch if None)."""
+        if size is None:
+            yield list(items)
+            return
+        if size < 1:
+            raise InvalidInputError(f"batch size must be at least 1, got {size}", field="size")
+        for start in range(0, len(items), size):
+            yield list(items[start : start + size])
+
+
+def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[str, float]:
+    """The usual per-step figures: reward mean/min/max, success, failures, retries, LLM calls.
+
+    A rollout without a reward (it failed, or its agent reported none) counts as 0 in
+    ``reward/mean``; ``reward/missing`` says how many there were.
+    """
+    rewards = [result.reward if result.reward is not None else 0.0 for result in results]
+    count = len(results) or 1
+    metrics = {
+        "reward/mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward/min": min(rewards, default=0.0),
+        "reward/max": max(rewards, default=0.0),
+        "reward/missing": float(sum(result.reward is None for result in results)),
+        "rollouts/succeeded": sum(result.succeeded for result in results) / count,
+        "rollouts/failed": float(sum(not result.succeeded for result in results)),
+        "rollouts/retried": float(sum(result.retried for result in results)),
+        "llm_calls/mean": statistics.fmean(result.llm_calls for result in results)
+        if results
+        else 0.0,
+    }
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+class Baseline(Algorithm):
+    """Runs the agent over the data without training anything, and reports.
+
+    Each batch of training tasks is one step (its metrics: :func:`reward_metrics`); the
+    validation tasks, if any, run before the first and after the last epoch (``val/...``
+    metrics). Useful to measure a starting point, and as the simplest algorithm to read.
+
+    Args:
+        n_epochs: Passes over the training tasks.
+        batch_size: Tasks per step (all of them if None).
+        n_samples: Rollouts per task.
+    """
+
+    name = "baseline"
+
+    def __init__(
+        self, *, n_epochs: int = 1, batch_size: int | None = None, n_samples: int = 1
+    ) -> None:
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_samples = n_samples
+
+    async def run(self, ctx: AlgorithmContext) -> None:
+        step = 0
+        if ctx.val_tasks:
+            await self._validate(ctx, step)
+        for epoch in range(self.n_epochs):
+            for batch in ctx.batches(ctx.train_tasks, self.batch_size):
+                started = time.monotonic()
+                results = await ctx.run_rollouts(
+                    batch, n=self.n_samples, description=f"epoch {epoch + 1} step {step + 1}"
+                )
+                metrics = reward_metrics(results)
+                metrics["time/step_s"] = time.monotonic() - started
+                step += 1
+                ctx.log(step, metrics)
+        if ctx.val_tasks and self.n_epochs > 0:
+            await self._validate(ctx, step)
+
+    async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
+        results = await ctx.run_rollouts(ctx.val_tasks, mode="val", description="validation")
+        ctx.log(step, reward_metrics(results, prefix="val/"))
