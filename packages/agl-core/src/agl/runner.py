@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
-from agl.errors import ConflictError, NotFoundError, StoreUnavailableError
+from agl.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
 from agl.resources import LLM, Resource
 from agl.rollouts import AttemptStatus, Claim
 from agl.store.base import Store
@@ -119,7 +119,7 @@ class Runner:
         handle_signals: bool = True,
     ) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+            raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
         self.agent: LitAgent = as_agent(agent)
         self._store_arg = store
         self.store: Store | None = None if isinstance(store, str) else store
