@@ -34,7 +34,8 @@ def test_decorated_function_stays_callable() -> None:
     assert isinstance(module_agent, FunctionAgent)
     assert module_agent.name == "module_agent"
     assert module_agent("x", LLM) == 1.0
-    assert module_agent.__doc__ is None and module_agent.__name__ == "module_agent"
+    assert module_agent.__doc__ is None
+    assert module_agent.__name__ == "module_agent"
 
 
 def test_decorator_with_options() -> None:
@@ -56,9 +57,11 @@ def test_injection_by_name() -> None:
     agent.bind(inputs)()
     assert seen["task"] == "task-1"
     assert seen["llm"] is LLM  # found by type: the only LLM
-    assert seen["prompt_template"] is PROMPT and seen["system"] is PROMPT
+    assert seen["prompt_template"] is PROMPT
+    assert seen["system"] is PROMPT
     assert seen["resources"] == {"llm": LLM, "system": PROMPT}
-    assert seen["rollout"].rollout_id == "ro-1" and seen["attempt"].attempt_id == "at-1"
+    assert seen["rollout"].rollout_id == "ro-1"
+    assert seen["attempt"].attempt_id == "at-1"
     assert seen["extra"] == 5  # not a resource: the default stays
 
 

@@ -41,6 +41,14 @@ async def results(store: agl.Store, ids: list[str]) -> list[Any]:
     return await fetch_results(store, [await store.get_rollout(i) for i in ids])
 
 
+async def running(store: agl.Store, count: int, timeout: float = 5.0) -> None:
+    """Wait until ``count`` rollouts are running."""
+    deadline = time.monotonic() + timeout
+    while len((await store.query_rollouts(status=RolloutStatus.RUNNING)).rollouts) < count:
+        assert time.monotonic() < deadline, f"{count} rollouts never ran"
+        await asyncio.sleep(0.02)
+
+
 def runner(agent: Any, store: agl.Store, **options: Any) -> Runner:
     return Runner(agent, store, handle_signals=False, poll_wait=0.2, **options)
 
@@ -64,7 +72,7 @@ async def test_runs_rollouts_concurrently_and_records_rewards(store: MemoryStore
     elapsed = time.monotonic() - started
     assert (stats.claimed, stats.succeeded, stats.failed) == (20, 20, 0)
     assert peak == 10
-    assert elapsed < 1.0  # 20 × 50 ms, 10 at a time: ~0.1 s, far below 1 s sequentially
+    assert elapsed < 1.0  # 20 x 50 ms, 10 at a time: ~0.1 s, far below 1 s sequentially
     found = await results(store, ids)
     assert [r.reward for r in found] == [i / 10 for i in range(20)]
     assert all(r.status == RolloutStatus.SUCCEEDED for r in found)
@@ -89,7 +97,8 @@ async def test_sync_agent_runs_on_a_thread_with_its_trace(store: MemoryStore) ->
     for result in await results(store, ids):
         assert result.reward == 1.0
         types = [s.attributes.get(semconv.AGL_SPAN_TYPE) for s in result.spans]
-        assert types.count("message") == 1 and types.count("rollout") == 1
+        assert types.count("message") == 1
+        assert types.count("rollout") == 1
         message = next(s for s in result.spans if s.attributes.get("agl.span.type") == "message")
         assert message.attributes[semconv.AGL_MESSAGE] == f"working on {result.rollout.input}"
 
@@ -122,7 +131,8 @@ async def test_every_failure_becomes_a_reasoned_attempt(store: MemoryStore) -> N
             s for s in found[key].spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == "exception"
         ]
         assert len(exceptions) == 1, key
-    assert found["ok"].reward == 1.0 and found["ok"].error is None
+    assert found["ok"].reward == 1.0
+    assert found["ok"].error is None
 
 
 async def test_sync_agent_that_hangs_is_timed_out(store: MemoryStore) -> None:
@@ -170,12 +180,12 @@ async def test_a_rollout_cancelled_in_the_store_stops_its_agent(store: MemorySto
 
     [rollout_id] = await enqueue(store, 1)
     run = asyncio.create_task(runner(agent, store, max_rollouts=1, heartbeat_interval=0.1).run())
-    while (await store.get_rollout(rollout_id)).status != RolloutStatus.RUNNING:
-        await asyncio.sleep(0.02)
+    await running(store, 1)
     await store.cancel_rollout(rollout_id)
     stats = await asyncio.wait_for(run, 5)
     assert cancelled.is_set()
-    assert stats.abandoned == 1 and stats.succeeded == 0
+    assert stats.abandoned == 1
+    assert stats.succeeded == 0
     assert (await store.get_rollout(rollout_id)).status == RolloutStatus.CANCELLED
 
 
@@ -188,8 +198,7 @@ async def test_stop_without_drain_releases_running_rollouts(store: MemoryStore) 
     ids = await enqueue(store, 1, 2)
     the_runner = runner(agent, store, concurrency=2)
     run = asyncio.create_task(the_runner.run())
-    while len((await store.query_rollouts(status=RolloutStatus.RUNNING)).rollouts) < 2:
-        await asyncio.sleep(0.02)
+    await running(store, 2)
     the_runner.stop(drain=False)
     stats = await asyncio.wait_for(run, 5)
     assert stats.released == 2
@@ -217,8 +226,7 @@ async def test_stop_with_drain_lets_running_rollouts_finish(store: MemoryStore) 
     ids = await enqueue(store, 1, 2, 3)
     the_runner = runner(agent, store, concurrency=2)
     run = asyncio.create_task(the_runner.run())
-    while len((await store.query_rollouts(status=RolloutStatus.RUNNING)).rollouts) < 2:
-        await asyncio.sleep(0.02)
+    await running(store, 2)
     the_runner.stop()
     stats = await asyncio.wait_for(run, 5)
     assert (stats.claimed, stats.succeeded, stats.released) == (2, 2, 0)
