@@ -74,6 +74,7 @@ class AlgorithmContext:
         metrics: Any,
         progress: Any,
         start_gateway: Any,
+        flush_gateway: Any = None,
     ) -> None:
         self.store = store
         self.run_dir = run_dir
@@ -85,6 +86,7 @@ class AlgorithmContext:
         self._metrics = metrics
         self._progress = progress
         self._start_gateway = start_gateway
+        self._flush_gateway = flush_gateway
         self.history: list[dict[str, float]] = []
         """Every metrics row logged so far (``step`` included)."""
         self.totals = {"rollouts": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "retried": 0}
@@ -153,6 +155,10 @@ class AlgorithmContext:
                 done = await self.store.wait_for_rollouts(pending, timeout=0.5)
                 if not done:
                     continue
+                if self._flush_gateway is not None:
+                    # The gateway records calls on its own schedule: make sure the finished
+                    # rollouts' calls are in the store before reading them.
+                    await self._flush_gateway()
                 for result in await fetch_results(self.store, done):
                     finished[result.rollout.rollout_id] = result
                     bar.advance(result)

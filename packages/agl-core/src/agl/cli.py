@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
 
-from agl.errors import AglError
+from agl._cli_metrics import metrics_app
+from agl._cli_runner import runner_command
+from agl.errors import AglError, InvalidInputError, NotFoundError
+from agl.rollouts import RolloutMode, RolloutStatus
+
+if TYPE_CHECKING:
+    from agl.rollouts import Attempt, Rollout, RolloutPage
+    from agl.spans import Span
+    from agl.store.base import Store
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="agl",
@@ -20,6 +34,10 @@ store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
 gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
 app.add_typer(gateway_app, name="gateway")
+rollouts_app = typer.Typer(help="Inspect the rollouts in a store.", no_args_is_help=True)
+app.add_typer(rollouts_app, name="rollouts")
+app.add_typer(metrics_app, name="metrics", help="Show or plot a run's metrics.")
+app.command("runner")(runner_command)
 
 console = Console(stderr=True)
 
@@ -130,6 +148,148 @@ def gateway_serve(
     except AglError as exc:
         console.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(2) from None
+
+
+# --- agl rollouts -----------------------------------------------------------------------------
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="AGL_STORE",
+        help="Store URL: sqlite:///path.db, http://host:port or memory://.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _read_store(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``read`` against the store at ``url``; a store error is one red line and exit 1."""
+    from rich.markup import escape
+
+    from agl.store import open_store
+
+    async def run() -> T:
+        async with open_store(url) as store:
+            return await read(store)
+
+    try:
+        _check_store_url(url)
+        return asyncio.run(run())
+    except AglError as exc:
+        console.print(f"[red]error:[/] {escape(exc.message)}")
+        raise typer.Exit(1) from None
+
+
+def _check_store_url(url: str) -> None:
+    """Refuse a URL with a bad port, or naming no SQLite file (opening would create one)."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise InvalidInputError(f"store URL {url!r}: {exc}", field="store", value=url) from None
+    path = parts.path[1:]
+    if parts.scheme.lower() == "sqlite" and path and not Path(path).is_file():
+        raise NotFoundError(
+            f"no store file at {path} (from {url!r}); pass --store or set AGL_STORE",
+            field="store",
+            value=url,
+        )
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@rollouts_app.command("list")
+def rollouts_list(
+    store: StoreOption = "sqlite:///agl.db",
+    status: Annotated[
+        list[RolloutStatus] | None, typer.Option(help="Only rollouts in this status; repeatable.")
+    ] = None,
+    mode: Annotated[RolloutMode | None, typer.Option(help="Only rollouts of this mode.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Rollouts to show.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Rollouts to skip first.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """List rollouts with their status, attempts, timing and latest reward."""
+    from rich.console import Console
+
+    from agl import inspect
+
+    async def read(opened: Store) -> tuple[RolloutPage, dict[str, list[Span]]]:
+        page = await opened.query_rollouts(status=status, mode=mode, limit=limit, offset=offset)
+        claimed = [r for r in page.rollouts if r.latest_attempt_id is not None]
+        spans = await asyncio.gather(
+            *(opened.query_spans(r.rollout_id, r.latest_attempt_id) for r in claimed)
+        )
+        return page, {r.rollout_id: s for r, s in zip(claimed, spans, strict=True)}
+
+    page, latest_spans = _read_store(store, read)
+    if as_json:
+        _print_json(inspect.rollout_page_json(page, latest_spans))
+    else:
+        Console().print(inspect.rollout_page_table(page, latest_spans))
+
+
+@rollouts_app.command("show")
+def rollouts_show(
+    rollout_id: Annotated[str, typer.Argument(help="The rollout's id.")],
+    store: StoreOption = "sqlite:///agl.db",
+    as_json: JsonOption = False,
+) -> None:
+    """Show one rollout: its fields, each attempt's span tree, its rewards and LLM calls."""
+    from rich.console import Console
+
+    from agl import inspect
+
+    async def read(opened: Store) -> tuple[Rollout, list[Attempt], list[Span]]:
+        rollout = await opened.get_rollout(rollout_id)
+        attempts = await opened.query_attempts(rollout_id)
+        return rollout, attempts, await opened.query_spans(rollout_id)
+
+    rollout, attempts, spans = _read_store(store, read)
+    if as_json:
+        _print_json(inspect.rollout_detail_json(rollout, attempts, spans))
+    else:
+        Console().print(inspect.rollout_detail_view(rollout, attempts, spans))
+
+
+# --- agl plugins ------------------------------------------------------------------------------
+
+
+@app.command("plugins")
+def plugins(as_json: JsonOption = False) -> None:
+    """List the installed plugins (entry points in group agl.plugins) and whether they import."""
+    import dataclasses
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from agl.plugins import ENTRY_POINT_GROUP, installed_plugins
+
+    found = installed_plugins()
+    if as_json:
+        _print_json({"plugins": [dataclasses.asdict(plugin) for plugin in found]})
+        return
+    if not found:
+        typer.echo(f"No plugins installed (no entry points in group {ENTRY_POINT_GROUP!r}).")
+        return
+    table = Table(caption=f"{len(found)} plugin(s) in group {ENTRY_POINT_GROUP!r}")
+    for column in ("name", "module", "distribution", "version", "status"):
+        table.add_column(column)
+    for plugin in found:
+        table.add_row(
+            Text(plugin.name),
+            Text(plugin.module),
+            Text(plugin.distribution or "-"),
+            Text(plugin.version or "-"),
+            Text("ok", style="green")
+            if plugin.error is None
+            else Text(f"error: {plugin.error}", style="red"),
+        )
+    Console().print(table)
 
 
 def main() -> None:

@@ -232,6 +232,7 @@ class Trainer:
                 metrics=metrics,
                 progress=self._progress_bar,
                 start_gateway=gateway.start,
+                flush_gateway=gateway.flush,
             )
             if self.resources:
                 await ctx.publish(self.resources)
@@ -470,6 +471,11 @@ class _GatewayStarter:
         await asyncio.to_thread(self.server.start)
         self._upstreams = upstreams
         return str(self.server.endpoint_template)
+
+    async def flush(self) -> None:
+        """Wait until the calls the gateway recorded so far are in the store."""
+        if self.server is not None and self.server.gateway is not None:
+            await self.server.gateway.sender.flush_async()
 
     def stop(self) -> None:
         if self.server is not None:

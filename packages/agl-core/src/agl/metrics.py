@@ -1,0 +1,407 @@
+"""Metrics: one record per training step, written where people and tools can read it.
+
+A :class:`MetricsLogger` owns a run directory and, for each :meth:`~MetricsLogger.log` call,
+writes the step's metrics to:
+
+- ``metrics.jsonl``: the source of truth, one JSON object per step
+  (``{"step": 3, "time": 1718000000.5, "reward/mean": 0.42, ...}``), flushed at once so a
+  crashing process loses nothing already logged. Non-finite values are written as ``null``.
+- ``metrics.csv``: the same records for spreadsheets and pandas. Its columns are ``step``,
+  ``time`` and every metric name in the order first seen; when a step brings a new name the
+  file is rewritten from ``metrics.jsonl`` with the wider header (rare, and atomic), so the
+  header always covers every row. Missing and non-finite values are empty cells.
+- the console, as one compact line (``console=True``);
+- TensorBoard scalars under ``run_dir/tensorboard`` (with ``tensorboardX``, or
+  ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed).
+
+Opening a logger on a directory that already has ``metrics.jsonl`` appends to it, so a resumed
+run keeps one history; a line torn by a crash mid-write is cut off first.
+
+:func:`read_metrics` reads the records back and :func:`plot_metrics` draws them with matplotlib.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import operator
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from agl.errors import AglError, ConflictError, InvalidInputError
+
+__all__ = ["MetricsLogger", "plot_metrics", "read_metrics"]
+
+METRICS_JSONL = "metrics.jsonl"
+METRICS_CSV = "metrics.csv"
+TENSORBOARD_DIR = "tensorboard"
+_RESERVED_KEYS = ("step", "time")
+
+
+class MetricsLogger:
+    """Write per-step metrics to JSONL, CSV, the console and (optionally) TensorBoard.
+
+    Use it as a context manager, or call :meth:`close` when done. Safe to call from several
+    threads.
+
+    Args:
+        run_dir: The run's directory; created if missing.
+        console: Print one line per step: ``True`` for a console on stderr, a
+            :class:`rich.console.Console` to print there, ``False`` for silence.
+        tensorboard: ``True`` to write TensorBoard scalars (an error if no writer library is
+            installed), ``False`` never to, ``None`` to write them when ``tensorboardX`` or
+            ``torch.utils.tensorboard`` is importable.
+
+    Raises:
+        AglError: ``tensorboard=True`` and no TensorBoard writer library is installed.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        console: bool | Console = True,
+        tensorboard: bool | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_path = self.run_dir / METRICS_JSONL
+        self.csv_path = self.run_dir / METRICS_CSV
+        self._lock = threading.Lock()
+        self._closed = False
+
+        self._console: Console | None
+        if isinstance(console, Console):
+            self._console = console
+        else:
+            self._console = Console(stderr=True) if console else None
+
+        writer_class = _tensorboard_writer_class(tensorboard)
+        _cut_torn_tail(self.jsonl_path)
+        previous = read_metrics(self.jsonl_path) if self.jsonl_path.exists() else []
+        self._columns = _columns_of(previous)
+        self._csv_file: TextIO = self._rewrite_csv(previous)
+        self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
+        self._tensorboard: Any = None
+        if writer_class is not None:
+            self._tensorboard = writer_class(str(self.run_dir / TENSORBOARD_DIR))
+
+    @property
+    def tensorboard_enabled(self) -> bool:
+        """Whether this logger writes TensorBoard scalars."""
+        return self._tensorboard is not None
+
+    def log(self, step: int, metrics: Mapping[str, float | int]) -> None:
+        """Record ``metrics`` for ``step`` everywhere this logger writes.
+
+        Args:
+            step: The training step (any integer; it need not increase).
+            metrics: Metric name → number. Names are free-form (``"reward/mean"``), except
+                ``step`` and ``time``, which the record itself uses. Values may be anything
+                ``float()`` accepts but a string (NumPy and 0-d tensor scalars included);
+                NaN and infinities are recorded as ``null``.
+
+        Raises:
+            InvalidInputError: ``step`` is not an integer, a name is empty or reserved, or a
+                value is not a number.
+            ConflictError: the logger was closed.
+        """
+        record = _make_record(step, metrics)
+        with self._lock:
+            if self._closed:
+                raise ConflictError(f"cannot log step {step}: this MetricsLogger is closed")
+            self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
+            self._jsonl.flush()
+            new_columns = [key for key in record if key not in self._columns]
+            if new_columns:
+                self._columns.extend(new_columns)
+                self._csv_file.close()
+                self._csv_file = self._rewrite_csv(read_metrics(self.jsonl_path))
+            else:
+                csv.writer(self._csv_file).writerow(_csv_row(record, self._columns))
+                self._csv_file.flush()
+            if self._tensorboard is not None:
+                for key, value in metrics.items():
+                    self._tensorboard.add_scalar(key, float(value), int(record["step"]))
+                self._tensorboard.flush()
+        if self._console is not None:
+            self._console.print(_console_line(record), highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        """Close the files and the TensorBoard writer. Calling it again does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._jsonl.close()
+            self._csv_file.close()
+            if self._tensorboard is not None:
+                self._tensorboard.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _rewrite_csv(self, records: Iterable[Mapping[str, Any]]) -> TextIO:
+        """Write the whole CSV from ``records`` atomically; return it open for appending."""
+        partial = self.csv_path.with_name(self.csv_path.name + ".tmp")
+        with partial.open("w", encoding="utf-8", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(self._columns)
+            writer.writerows(_csv_row(record, self._columns) for record in records)
+        os.replace(partial, self.csv_path)
+        return self.csv_path.open("a", encoding="utf-8", newline="")
+
+
+def read_metrics(source: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Return the records a :class:`MetricsLogger` wrote, in the order written.
+
+    Args:
+        source: A run directory or the path of its ``metrics.jsonl``.
+
+    Returns:
+        One dict per logged step: ``step``, ``time`` and the metrics, with ``None`` where a
+        value was not finite. A last line torn by a crash mid-write is left out.
+
+    Raises:
+        InvalidInputError: there is no such file, or a line other than the last is not a JSON
+            object (the message names the file and line).
+    """
+    path = _jsonl_path(source)
+    with path.open("rb") as file:
+        lines = file.read().decode("utf-8", errors="replace").split("\n")
+    records: list[dict[str, Any]] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if lineno == len(lines):  # no newline after it: the write was cut short
+                break
+            raise InvalidInputError(
+                f"{path}:{lineno}: not a JSON object", field="source", value=line
+            ) from None
+        if not isinstance(record, dict):
+            raise InvalidInputError(
+                f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}",
+                field="source",
+                value=line,
+            )
+        records.append(record)
+    return records
+
+
+def plot_metrics(
+    source: str | os.PathLike[str],
+    out_png: str | os.PathLike[str],
+    keys: Sequence[str] = ("reward/mean",),
+) -> Path:
+    """Draw each metric in ``keys`` against the step, one panel per key, into a PNG file.
+
+    Steps where a value was not finite show as gaps.
+
+    Args:
+        source: A run directory or the path of its ``metrics.jsonl``.
+        out_png: Where to write the image; its directory is created if missing.
+        keys: The metric names to draw.
+
+    Returns:
+        The path of the PNG written.
+
+    Raises:
+        InvalidInputError: ``keys`` is empty, or names a metric no record has (the message
+            lists those that exist), or ``source`` has no metrics file.
+        AglError: matplotlib is not installed.
+    """
+    if isinstance(keys, str):
+        keys = (keys,)
+    if not keys:
+        raise InvalidInputError("plot_metrics needs at least one metric key", field="keys")
+    records = read_metrics(source)
+    available = [key for key in _columns_of(records) if key not in _RESERVED_KEYS]
+    missing = [key for key in keys if key not in available]
+    if missing:
+        raise InvalidInputError(
+            f"no metric named {', '.join(map(repr, missing))} in {_jsonl_path(source)}; "
+            f"available: {', '.join(available) or '(none)'}",
+            field="keys",
+            value=missing[0],
+        )
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise AglError(
+            "plotting metrics needs matplotlib, which is not installed: pip install matplotlib "
+            "(or pip install 'agl-core[plot]')"
+        ) from None
+
+    figure = Figure(figsize=(7.0, 1.0 + 2.4 * len(keys)), layout="constrained")
+    FigureCanvasAgg(figure)  # render with Agg, whatever backend pyplot may be using
+    axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, key in zip(axes, keys, strict=True):
+        points = [(record["step"], record[key]) for record in records if key in record]
+        steps = [step for step, _ in points]
+        values = [math.nan if value is None else value for _, value in points]
+        ax.plot(steps, values, marker="." if len(points) < 50 else None)
+        ax.set_ylabel(key)
+        ax.grid(visible=True, alpha=0.3)
+    axes[-1].set_xlabel("step")
+    figure.suptitle(_jsonl_path(source).parent.name)
+
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, format="png", dpi=100)
+    return out
+
+
+def _make_record(step: int, metrics: Mapping[str, float | int]) -> dict[str, Any]:
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise InvalidInputError(
+            f"step must be an integer, got {type(step).__qualname__} {step!r}",
+            field="step",
+            value=step,
+        ) from None
+    if not isinstance(metrics, Mapping):
+        raise InvalidInputError(
+            f"metrics must be a mapping of name to number, got {type(metrics).__qualname__}",
+            field="metrics",
+        )
+    record: dict[str, Any] = {"step": step, "time": time.time()}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(
+                f"metric names must be non-empty strings, got {key!r}", field="metrics", value=key
+            )
+        if key in _RESERVED_KEYS:
+            raise InvalidInputError(
+                f"{key!r} cannot be a metric name: every record has its own {key!r} field",
+                field=key,
+                value=value,
+            )
+        record[key] = _number(key, value)
+    return record
+
+
+def _number(key: str, value: Any) -> int | float | None:
+    """Return ``value`` as a JSON number, ``None`` if it is not finite."""
+    if isinstance(value, bool):
+        return int(value)
+    if not isinstance(value, str | bytes):
+        try:
+            return operator.index(value)  # int, NumPy integers, integer 0-d tensors
+        except TypeError:
+            pass
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+        else:
+            return number if math.isfinite(number) else None
+    raise InvalidInputError(
+        f"metric {key!r} must be a number, got {type(value).__qualname__} {value!r}",
+        field=key,
+        value=value,
+    )
+
+
+def _columns_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    columns = dict.fromkeys(_RESERVED_KEYS)
+    for record in records:
+        columns.update(dict.fromkeys(record))
+    return list(columns)
+
+
+def _csv_row(record: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
+    return ["" if record.get(column) is None else record[column] for column in columns]
+
+
+def _console_line(record: Mapping[str, Any]) -> Text:
+    line = Text()
+    line.append(f"step {record['step']}", style="bold")
+    for key, value in record.items():
+        if key in _RESERVED_KEYS:
+            continue
+        line.append("  ")
+        line.append(key, style="cyan")
+        line.append("=" + _format_number(value))
+    return line
+
+
+def _format_number(value: int | float | None) -> str:
+    if value is None:
+        return "nan"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _jsonl_path(source: str | os.PathLike[str]) -> Path:
+    path = Path(source)
+    if path.is_dir():
+        path = path / METRICS_JSONL
+    if not path.is_file():
+        raise InvalidInputError(
+            f"no metrics file at {str(path)!r}: expected a run directory holding "
+            f"{METRICS_JSONL}, or the path of one",
+            field="source",
+            value=str(source),
+        )
+    return path
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Drop a last line that a crash left without its newline, so appends start clean."""
+    if not path.exists():
+        return
+    with path.open("r+b") as file:
+        data = file.read()
+        if data and not data.endswith(b"\n"):
+            file.truncate(data.rfind(b"\n") + 1)
+
+
+def _tensorboard_writer_class(wanted: bool | None) -> Any:
+    """Return the ``SummaryWriter`` class to use, or ``None`` for no TensorBoard output."""
+    if wanted is False:
+        return None
+    writer_class: Any = None
+    try:
+        from tensorboardX import SummaryWriter
+
+        writer_class = SummaryWriter
+    except ImportError:
+        # torch.utils.tensorboard needs the `tensorboard` package; check before paying for
+        # `import torch` just to find out.
+        if importlib.util.find_spec("tensorboard") and importlib.util.find_spec("torch"):
+            try:
+                from torch.utils.tensorboard import SummaryWriter as TorchSummaryWriter
+
+                writer_class = TorchSummaryWriter
+            except ImportError:
+                pass
+    if writer_class is None and wanted:
+        raise AglError(
+            "tensorboard=True needs tensorboardX or torch with tensorboard, and neither is "
+            "installed: pip install tensorboardX (or pip install 'agl-core[tensorboard]')"
+        )
+    return writer_class

@@ -1,0 +1,203 @@
+"""The trainer: fit and dev end to end, runner processes, the gateway on demand, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+from rich.console import Console
+
+import agl
+import agl.metrics
+from agl.testing.openai_server import OpenAIServer, echo
+
+
+def console() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=200, force_terminal=False), buffer
+
+
+@agl.rollout
+async def scored(task: dict[str, Any]) -> float:
+    await asyncio.sleep(0.005)
+    if task["x"] < 0:
+        raise ValueError(f"negative input {task['x']}")
+    return task["x"] / 10
+
+
+def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
+    out, buffer = console()
+    trainer = agl.Trainer(
+        agl.Baseline(n_epochs=2, batch_size=3), run_dir=tmp_path / "run", console=out
+    )
+    train = [{"x": x} for x in (1, 2, 3, 4, -1, 5)]
+    result = trainer.fit(scored, train, val_dataset=[{"x": 9}])
+
+    assert result.totals == {
+        "rollouts": 14, "succeeded": 12, "failed": 2, "cancelled": 0, "retried": 0
+    }  # fmt: skip
+    rows = agl.metrics.read_metrics(tmp_path / "run")
+    train_rows = [row for row in rows if "reward/mean" in row]
+    assert [row["step"] for row in train_rows] == [1, 2, 3, 4]
+    assert train_rows[0]["reward/mean"] == pytest.approx(0.2)  # (0.1 + 0.2 + 0.3) / 3
+    assert train_rows[1]["reward/mean"] == pytest.approx(0.3)  # (0.4 + 0 + 0.5) / 3, one failed
+    assert train_rows[1]["rollouts/failed"] == 1
+    val_rows = [row for row in rows if "val/reward/mean" in row]
+    assert [(row["step"], row["val/reward/mean"]) for row in val_rows] == [(0, 0.9), (4, 0.9)]
+    assert (tmp_path / "run" / "metrics.csv").exists()
+    png = tmp_path / "run" / "reward.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.last("reward/mean") == pytest.approx(0.3)
+    text = buffer.getvalue()
+    assert "agl run summary" in text
+    assert "14 (12 succeeded, 2 failed" in text
+    assert f"agl rollouts list --store sqlite:///{tmp_path}/run/store.db" in text
+
+
+def test_the_default_store_keeps_every_trace(tmp_path: Path) -> None:
+    result = agl.Trainer(run_dir=tmp_path / "run", console=False).fit(scored, [{"x": 3}])
+    assert result.store_url == f"sqlite:///{tmp_path}/run/store.db"
+
+    async def read() -> list[agl.Rollout]:
+        async with agl.open_store(result.store_url) as store:
+            return (await store.query_rollouts()).rollouts
+
+    [rollout] = asyncio.run(read())
+    assert (rollout.input, rollout.status) == ({"x": 3}, agl.RolloutStatus.SUCCEEDED)
+
+
+def test_fit_reads_a_jsonl_dataset(tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"x": x}) + "\n" for x in range(4)))
+    result = agl.Trainer(run_dir=tmp_path / "run", console=False).fit(scored, str(data))
+    assert result.last("reward/mean") == pytest.approx(0.15)
+
+
+def test_dev_prints_each_rollout(tmp_path: Path) -> None:
+    out, buffer = console()
+    trainer = agl.Trainer(run_dir=tmp_path / "dev", console=out, store="memory://")
+    result = trainer.dev(scored, [{"x": 2}, {"x": -3}])
+    assert [r.reward for r in result.results] == [0.2, None]
+    assert result.results[1].error == "failed: ValueError: negative input -3"
+    text = buffer.getvalue()
+    assert "agl dev" in text
+    assert "ValueError: negative input -3" in text
+    for r in result.results:
+        assert r.rollout.rollout_id in text
+
+
+@pytest.fixture
+def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    (tmp_path / "trainer_agents.py").write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os
+            import agl
+
+            @agl.rollout
+            async def where(task):
+                await asyncio.sleep(0.02)
+                agl.emit_message(f"pid {os.getpid()}")
+                return 1.0
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import trainer_agents  # type: ignore[import-not-found]
+
+    yield trainer_agents
+    sys.modules.pop("trainer_agents", None)
+
+
+def test_runner_processes_share_the_work(tmp_path: Path, agent_module: Any) -> None:
+    trainer = agl.Trainer(run_dir=tmp_path / "run", n_runners=2, concurrency=4, console=False)
+    result = trainer.dev(agent_module.where, [{"i": i} for i in range(24)])
+    assert [r.reward for r in result.results] == [1.0] * 24
+    pids = {
+        span.attributes["agl.message"]
+        for r in result.results
+        for span in r.spans
+        if span.attributes.get("agl.span.type") == "message"
+    }
+    assert len(pids) == 2  # both processes ran rollouts, and neither is this process
+    assert f"pid {__import__('os').getpid()}" not in pids
+
+
+class _ServeAndRun(agl.Algorithm):
+    """Serves an LLM through the gateway, as a training algorithm does, and runs one batch."""
+
+    name = "serve-and-run"
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.endpoint = ""
+
+    async def run(self, ctx: agl.AlgorithmContext) -> None:
+        llm = await ctx.serve_llm([self.upstream], "policy", {"temperature": 0.5})
+        self.endpoint = llm.endpoint
+        await ctx.publish({"llm": llm})
+        results = await ctx.run_rollouts(ctx.train_tasks, n=2)
+        ctx.log(1, agl.algorithm.reward_metrics(results))
+
+
+@agl.rollout
+async def chatty(task: str, llm: agl.LLM) -> float:
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+    async with client:
+        for _ in range(3):
+            await client.chat.completions.create(
+                model="whatever", messages=[{"role": "user", "content": task}]
+            )
+    return 1.0
+
+
+def test_the_gateway_starts_for_a_served_llm_and_stops_after(tmp_path: Path) -> None:
+    with OpenAIServer() as upstream:
+        upstream.script = echo
+        algorithm = _ServeAndRun(upstream.url)
+        result = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=False).fit(
+            chatty, ["hello", "world"]
+        )
+        assert "{rollout_id}" in algorithm.endpoint
+        assert result.last("llm_calls/mean") == 3.0
+        assert upstream.request_count == 12
+        # enforce_resources: the model the LLM resource names reached the upstream
+        assert {r.body["model"] for r in upstream.requests} == {"policy"}
+    gateway = urlsplit(algorithm.endpoint)
+    address = (gateway.hostname, gateway.port)
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(address, 1):
+        pass  # the gateway is gone
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(agl.InvalidInputError, match="n_runners"):
+        agl.Trainer(n_runners=0)
+    with pytest.raises(agl.InvalidInputError, match=r"agl\.Algorithm"):
+        agl.Trainer(algorithm=object())  # type: ignore[arg-type]
+    trainer = agl.Trainer(run_dir=tmp_path / "run", console=False)
+    with pytest.raises(agl.InvalidInputError, match="empty"):
+        trainer.fit(scored, [])
+    with pytest.raises(agl.AglError, match="first positional parameter"):
+        trainer.fit(lambda: 1.0, [{"x": 1}])
+    assert not (tmp_path / "run").exists()
+
+
+def test_fit_inside_an_event_loop_points_to_fit_async(tmp_path: Path) -> None:
+    trainer = agl.Trainer(run_dir=tmp_path / "run", console=False, store="memory://")
+
+    async def inside() -> agl.FitResult:
+        with pytest.raises(agl.AglError, match="fit_async"):
+            trainer.fit(scored, [{"x": 1}])
+        return await trainer.fit_async(scored, [{"x": 1}])
+
+    assert asyncio.run(inside()).last("reward/mean") == pytest.approx(0.1)
