@@ -38,6 +38,10 @@ def runner_command(
         list[str] | None,
         typer.Option("--path", help="Add a directory to the import path (repeatable)."),
     ] = None,
+    instrument: Annotated[
+        list[str] | None,
+        typer.Option(help="Trace a library's calls: openai (repeatable)."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "warning",
 ) -> None:
     """Claim rollouts from a store and run the agent on them, until stopped.
@@ -63,6 +67,7 @@ def runner_command(
             worker_id=worker_id,
             max_rollouts=max_rollouts,
             drain_timeout=drain_timeout,
+            instrument=instrument or (),
         )
         console.print(
             f"[bold]agl runner[/] {runner.worker_id}: agent [cyan]{lit.name}[/], "

@@ -46,6 +46,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,8 @@ class Runner:
         max_rollouts: Stop after claiming this many (for tests and one-off jobs).
         tracer: A :class:`~agl.Tracer` to use (default: one of the runner's own).
         handle_signals: Stop on SIGINT/SIGTERM (only when running in the main thread).
+        instrument: Libraries to trace while running: ``"openai"`` records every call the
+            ``openai`` client makes as an LLM span of the rollout it was made in.
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class Runner:
         max_rollouts: int | None = None,
         tracer: Any = None,
         handle_signals: bool = True,
+        instrument: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
@@ -132,6 +136,13 @@ class Runner:
         self.drain_timeout = drain_timeout
         self.max_rollouts = max_rollouts
         self.handle_signals = handle_signals
+        unknown = sorted(set(instrument) - set(_INSTRUMENTATIONS))
+        if unknown:
+            raise InvalidInputError(
+                f"cannot instrument {unknown}; known: {sorted(_INSTRUMENTATIONS)}",
+                field="instrument",
+            )
+        self.instrument = list(instrument)
         self.stats = RunnerStats()
         self._tracer = tracer
         self._owns_tracer = tracer is None
@@ -179,6 +190,9 @@ class Runner:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="agl-agent"
         )
+        instrumentations = [_INSTRUMENTATIONS[name](self._tracer) for name in self.instrument]
+        for instrumentation in instrumentations:
+            instrumentation.instrument()
         signals = self._install_signals()
         heartbeats = asyncio.create_task(self._heartbeats(), name="agl-heartbeats")
         try:
@@ -192,6 +206,8 @@ class Runner:
                 self._loop.remove_signal_handler(sig)
             # Threads of sync agents that were timed out may still run: do not wait for them.
             self._executor.shutdown(wait=False, cancel_futures=True)
+            for instrumentation in instrumentations:
+                instrumentation.uninstrument()
             if self._owns_tracer:
                 await asyncio.to_thread(self._tracer.close)
             if owns_store:
@@ -478,6 +494,15 @@ class Runner:
                 self.drain_timeout,
             )
         self.stop(drain=True)
+
+
+def _openai(tracer: Any) -> Any:
+    from agl.tracing.openai import OpenAIInstrumentation
+
+    return OpenAIInstrumentation(tracer)
+
+
+_INSTRUMENTATIONS: dict[str, Callable[[Any], Any]] = {"openai": _openai}
 
 
 def _reason(exc: BaseException) -> str:
