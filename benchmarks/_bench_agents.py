@@ -14,8 +14,13 @@ _client: openai.AsyncOpenAI | None = None
 def _openai() -> openai.AsyncOpenAI:
     global _client  # noqa: PLW0603 - one client (one connection pool) per runner process
     if _client is None:
+        # openai's aiohttp-backed client: the default httpx pool slows to ~200 calls/s with
+        # many concurrent calls in one process.
         _client = openai.AsyncOpenAI(
-            base_url=os.environ["AGL_BENCH_LLM"], api_key="unused", max_retries=0
+            base_url=os.environ["AGL_BENCH_LLM"],
+            api_key="unused",
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(),
         )
     return _client
 

@@ -61,6 +61,16 @@ _MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, htt
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
+def _not_sent(exc: Exception) -> bool:
+    """True when the request surely never reached the server (safe to send again)."""
+    import aiohttp
+
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientError):  # the aiohttp transport maps its errors loosely
+        return isinstance(cause, aiohttp.ClientConnectorError)
+    return isinstance(exc, _NOT_SENT)
+
+
 class HttpStore(ClosingStore):
     """A :class:`~agl.store.base.Store` backed by a remote ``agl store serve``.
 
@@ -106,12 +116,18 @@ class HttpStore(ClosingStore):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
+            from httpx_aiohttp import AiohttpTransport
+
             headers = {"authorization": f"Bearer {self._token}"} if self._token else {}
+            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
             client = httpx.AsyncClient(
                 base_url=self._base,
                 headers=headers,
                 timeout=self._timeout,
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                limits=limits,
+                # httpx's API over aiohttp's connection pool: httpcore's own pool slows to a
+                # few hundred requests/s with many concurrent requests (a runner's rollouts).
+                transport=AiohttpTransport(limits=limits, trust_env=False),
             )
             self._clients[loop] = client
         return client
@@ -143,7 +159,7 @@ class HttpStore(ClosingStore):
                     timeout=timeout,
                 )
             except (*_NOT_SENT, *_MAYBE_SENT) as exc:
-                retryable = isinstance(exc, _NOT_SENT) or idempotent
+                retryable = _not_sent(exc) or idempotent
                 if not retryable or attempt == self._retries:
                     raise StoreUnavailableError(
                         f"store at {self.url} unreachable ({type(exc).__name__}: {exc}) "
