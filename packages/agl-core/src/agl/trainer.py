@@ -103,6 +103,7 @@ class Trainer:
         console: Print metrics lines and the summary (a :class:`rich.console.Console`, or
             True for stderr).
         plot: Draw the reward curve to ``run_dir/reward.png`` at the end (needs matplotlib).
+        instrument: Libraries the runners trace (``"openai"``: every call of the openai client).
     """
 
     def __init__(
@@ -118,6 +119,7 @@ class Trainer:
         progress: bool = True,
         console: bool | Console = True,
         plot: bool = True,
+        instrument: Sequence[str] = (),
     ) -> None:
         if n_runners < 1:
             raise InvalidInputError(f"n_runners must be at least 1, got {n_runners}")
@@ -140,6 +142,7 @@ class Trainer:
         else:
             self.console = Console(stderr=True) if console else None
         self.plot = plot
+        self.instrument = list(instrument)
 
     # --- entry points -----------------------------------------------------------------------
 
@@ -217,7 +220,7 @@ class Trainer:
             if owns_store:
                 stack.push_async_callback(store.close)
             metrics = stack.enter_context(MetricsLogger(run_dir, console=self.console or False))
-            runners = _Runners(agent, store, self.n_runners, self.concurrency)
+            runners = _Runners(agent, store, self.n_runners, self.concurrency, self.instrument)
             stack.push_async_callback(runners.stop)
             await runners.start()
             gateway = _GatewayStarter(store)
@@ -372,8 +375,16 @@ def _dev_table(results: Sequence[RolloutResult]) -> Table:
 class _Runners:
     """The run's runners: one in this process, or processes talking to a store server."""
 
-    def __init__(self, agent: LitAgent, store: Store, count: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        agent: LitAgent,
+        store: Store,
+        count: int,
+        concurrency: int,
+        instrument: list[str],
+    ) -> None:
         self.agent = agent
+        self.instrument = instrument
         self.store = store
         self.count = count
         self.concurrency = concurrency
@@ -387,7 +398,11 @@ class _Runners:
 
         if self.count == 1:
             self._runner = Runner(
-                self.agent, self.store, concurrency=self.concurrency, handle_signals=False
+                self.agent,
+                self.store,
+                concurrency=self.concurrency,
+                handle_signals=False,
+                instrument=self.instrument,
             )
             self._task = asyncio.create_task(self._runner.run(), name="agl-runner")
             return
@@ -403,7 +418,14 @@ class _Runners:
         for index in range(self.count):
             process = context.Process(
                 target=_runner_process,
-                args=(self.agent, url, token, self.concurrency, f"runner-{index}-{os.getpid()}"),
+                args=(
+                    self.agent,
+                    url,
+                    token,
+                    self.concurrency,
+                    f"runner-{index}-{os.getpid()}",
+                    self.instrument,
+                ),
                 name=f"agl-runner-{index}",
                 daemon=True,
             )
@@ -439,7 +461,12 @@ class _Runners:
 
 
 def _runner_process(
-    agent: LitAgent, url: str, token: str | None, concurrency: int, worker_id: str
+    agent: LitAgent,
+    url: str,
+    token: str | None,
+    concurrency: int,
+    worker_id: str,
+    instrument: list[str],
 ) -> None:
     """A runner process's main: run until SIGTERM."""
     from agl.runner import Runner
@@ -447,7 +474,15 @@ def _runner_process(
     logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {worker_id}: %(message)s")
     if token is not None:
         os.environ["AGL_STORE_TOKEN"] = token
-    Runner(agent, url, concurrency=concurrency, worker_id=worker_id, drain_timeout=5.0).run_sync()
+    runner = Runner(
+        agent,
+        url,
+        concurrency=concurrency,
+        worker_id=worker_id,
+        drain_timeout=5.0,
+        instrument=instrument,
+    )
+    runner.run_sync()
 
 
 class _GatewayStarter:
