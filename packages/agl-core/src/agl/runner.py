@@ -46,9 +46,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agl.agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
 from agl.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
@@ -59,6 +59,7 @@ from agl.store.base import Store
 __all__ = ["Runner", "RunnerStats"]
 
 logger = logging.getLogger("agl.runner")
+T = TypeVar("T")
 
 
 @dataclass
@@ -374,7 +375,7 @@ class Runner:
             cached = self._resources.get(resources_id)
             if cached is None:
                 try:
-                    update = await self.store.get_resources(resources_id)
+                    update = await self._patiently(self.store.get_resources, resources_id)
                 except NotFoundError as exc:
                     raise AgentError(f"the rollout's resources {resources_id!r} are gone") from exc
                 cached = dict(update.resources) if update is not None else {}
@@ -382,7 +383,7 @@ class Runner:
         else:  # the latest set: re-read at most once a second
             now = time.monotonic()
             if self._latest is None or now - self._latest[0] > 1.0:
-                update = await self.store.get_resources()
+                update = await self._patiently(self.store.get_resources, None)
                 rid = update.resources_id if update is not None else ""
                 self._latest = (now, rid, dict(update.resources) if update is not None else {})
             cached = self._latest[2]
@@ -390,6 +391,18 @@ class Runner:
             name: value.for_attempt(rollout_id, attempt_id) if isinstance(value, LLM) else value
             for name, value in cached.items()
         }
+
+    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Call the store, waiting out outages (the attempt's timeout still bounds the wait)."""
+        delay = 0.2
+        while True:
+            try:
+                return await call(*args)
+            except StoreUnavailableError as exc:
+                self.stats.store_errors += 1
+                logger.warning("store unreachable, retrying in %.1f s: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _report(
         self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None = None
