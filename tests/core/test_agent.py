@@ -128,6 +128,9 @@ def test_lit_agent_rollout_serves_every_mode_and_missing_one_is_an_error() -> No
 
     assert Plain().name == "plain-agent"
     assert Plain().bind(_inputs(mode="test"))() == 2.0
+    # Called directly, the mode-specific methods fall back to rollout() too.
+    assert Plain().training_rollout("t") == 2.0
+    assert Plain().validation_rollout("t") == 2.0
 
     class Empty(agl.LitAgent):
         pass

@@ -102,11 +102,11 @@ class LitAgent:
 
     def training_rollout(self, task: Any, /, *args: Any, **kwargs: Any) -> Any:
         """Run one training rollout (by default, :meth:`rollout`)."""
-        raise NotImplementedError
+        return self.rollout(task, *args, **kwargs)
 
     def validation_rollout(self, task: Any, /, *args: Any, **kwargs: Any) -> Any:
         """Run one validation or test rollout (by default, :meth:`rollout`)."""
-        raise NotImplementedError
+        return self.rollout(task, *args, **kwargs)
 
     def entry_point(self, mode: RolloutMode) -> Callable[..., Any]:
         """The method that runs a rollout of ``mode``: the most specific one overridden."""
@@ -213,6 +213,18 @@ def load_agent(spec: str) -> LitAgent:
         raise InvalidInputError(
             f"module {module_name!r} has no attribute {attribute!r}", field="agent"
         ) from exc
+    return _to_agent(target, repr(spec))
+
+
+def as_agent(agent: Any) -> LitAgent:
+    """Accept an agent, a LitAgent subclass, a plain function or a ``module:function`` string."""
+    if isinstance(agent, str):
+        return load_agent(agent)
+    return _to_agent(agent, "the agent")
+
+
+def _to_agent(target: Any, label: str) -> LitAgent:
+    """An agent from an agent, a LitAgent subclass (instantiated) or a function; checked."""
     if isinstance(target, LitAgent):
         agent = target
     elif isinstance(target, type) and issubclass(target, LitAgent):
@@ -221,26 +233,10 @@ def load_agent(spec: str) -> LitAgent:
         agent = FunctionAgent(target)
     else:
         raise InvalidInputError(
-            f"{spec!r} is a {type(target).__name__}, not an agent or a function", field="agent"
+            f"{label} is a {type(target).__name__}, not an agent or a function", field="agent"
         )
     agent.check()
     return agent
-
-
-def as_agent(agent: Any) -> LitAgent:
-    """Accept an agent, a LitAgent subclass, a plain function or a ``module:function`` string."""
-    if isinstance(agent, LitAgent):
-        agent.check()
-        return agent
-    if isinstance(agent, str):
-        return load_agent(agent)
-    if isinstance(agent, type) and issubclass(agent, LitAgent):
-        instance = agent()
-        instance.check()
-        return instance
-    if callable(agent):
-        return FunctionAgent(agent)
-    raise InvalidInputError(f"expected an agent, got {type(agent).__name__}", field="agent")
 
 
 def normalize_result(value: Any, primary: str | None = None) -> tuple[Rewards, str] | None:

@@ -2,7 +2,7 @@
 
 Pure functions: the CLI reads rollouts, attempts and spans from a store and hands them here.
 Each view comes twice, as a rich renderable for people and as a JSON-able dict for scripts,
-and both are built from the same facts (:func:`span_facts`, :func:`reward_of`,
+and both are built from the same facts (:func:`span_facts`, :func:`agl.results.reward_of`,
 :func:`llm_calls`), so the two never disagree.
 
 Spans are recognised by their ``agl.span.type`` attribute (see :mod:`agl.semconv`), never by
@@ -27,21 +27,19 @@ from rich.text import Text
 from rich.tree import Tree
 
 from agl import semconv
+from agl.results import final_reward, reward_of, span_type
 from agl.rollouts import Attempt, Rollout, RolloutPage
 from agl.spans import Span, StatusCode
 
 __all__ = [
     "SpanNode",
-    "final_reward",
     "llm_calls",
-    "reward_of",
     "rollout_detail_json",
     "rollout_detail_view",
     "rollout_page_json",
     "rollout_page_table",
     "span_facts",
     "span_tree",
-    "span_type",
 ]
 
 _STATUS_STYLES = {
@@ -104,32 +102,6 @@ def span_tree(spans: Sequence[Span]) -> list[SpanNode]:
     # Spans whose parents form a cycle (corrupt data) have no root: show them at the top.
     tree.extend(build(span) for span in spans if key(span) not in placed)
     return tree
-
-
-def span_type(span: Span) -> str | None:
-    """Return the span's ``agl.span.type``, if it has one."""
-    value = span.attributes.get(semconv.AGL_SPAN_TYPE)
-    return value if isinstance(value, str) else None
-
-
-def reward_of(span: Span) -> float | None:
-    """Return the primary reward a reward span records; None for any other span."""
-    value = span.attributes.get(semconv.AGL_REWARD)
-    if span_type(span) != semconv.SPAN_TYPE_REWARD or isinstance(value, bool):
-        return None
-    return float(value) if isinstance(value, int | float) else None
-
-
-def final_reward(spans: Sequence[Span]) -> float | None:
-    """Return the reward of the last reward span (in sequence order), or None if none.
-
-    Pass the spans of one attempt, normally the latest: its last reward is the rollout's.
-    """
-    for span in reversed(spans):
-        value = reward_of(span)
-        if value is not None:
-            return value
-    return None
 
 
 def span_facts(span: Span) -> dict[str, JsonValue]:

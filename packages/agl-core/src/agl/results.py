@@ -11,7 +11,7 @@ from agl.rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
 from agl.spans import Span
 from agl.store.base import Store
 
-__all__ = ["RolloutResult", "fetch_results", "final_reward", "summarize"]
+__all__ = ["RolloutResult", "fetch_results", "final_reward", "reward_of", "span_type", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,25 @@ class RolloutResult:
         return len(self.attempts) > 1
 
 
+def span_type(span: Span) -> str | None:
+    """The span's ``agl.span.type``, if it has one."""
+    value = span.attributes.get(semconv.AGL_SPAN_TYPE)
+    return value if isinstance(value, str) else None
+
+
+def reward_of(span: Span) -> float | None:
+    """The primary reward a reward span records; None for any other span."""
+    value = span.attributes.get(semconv.AGL_REWARD)
+    if span_type(span) != semconv.SPAN_TYPE_REWARD or isinstance(value, bool):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def final_reward(spans: Sequence[Span]) -> float | None:
-    """The primary value of the last reward span, or None."""
+    """The reward of the last reward span (in sequence order), or None.
+
+    Pass the spans of one attempt, normally the latest: its last reward is the rollout's.
+    """
     rewards = _rewards(spans)
     return rewards[-1] if rewards else None
 
@@ -61,12 +78,8 @@ def summarize(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -> R
     latest = rollout.latest_attempt_id
     own = [span for span in spans if span.attempt_id == latest]
     rewards = _rewards(own)
-    gateway = sum(
-        1 for span in own if span.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_GATEWAY
-    )
-    llm = sum(
-        1 for span in own if span.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_LLM
-    )
+    gateway = sum(1 for span in own if span_type(span) == semconv.SPAN_TYPE_GATEWAY)
+    llm = sum(1 for span in own if span_type(span) == semconv.SPAN_TYPE_LLM)
     error = None
     if rollout.status != RolloutStatus.SUCCEEDED:
         last = attempts[-1] if attempts else None
@@ -103,11 +116,4 @@ async def fetch_results(
 
 
 def _rewards(spans: Sequence[Span]) -> list[float]:
-    values = []
-    for span in spans:
-        if span.attributes.get(semconv.AGL_SPAN_TYPE) != semconv.SPAN_TYPE_REWARD:
-            continue
-        value = span.attributes.get(semconv.AGL_REWARD)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            values.append(float(value))
-    return values
+    return [value for span in spans if (value := reward_of(span)) is not None]

@@ -407,29 +407,25 @@ class Runner:
     async def _report(
         self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None = None
     ) -> None:
-        """Report a status, retrying while the store is away; raise _Stale if it moved on."""
+        """Report a status (a final one waits out store outages); raise _Stale if it moved on."""
         assert self.store is not None
-        delay = 0.2
-        while True:
+        try:
+            if status.is_final:
+                await self._patiently(
+                    self.store.update_attempt, rollout_id, attempt_id, status, True, reason
+                )
+                return
             try:
                 await self.store.update_attempt(
                     rollout_id, attempt_id, status=status, reason=reason
                 )
-                return
-            except ConflictError as exc:
-                logger.info(
-                    "attempt %s of %s was ended by the store: %s", attempt_id, rollout_id, exc
-                )
-                raise _Stale from exc
             except StoreUnavailableError as exc:
+                # A 'running' report can be skipped; the heartbeat or the result follows.
                 self.stats.store_errors += 1
-                if not status.is_final:
-                    # A 'running' report can be skipped; the heartbeat or the result follows.
-                    logger.warning("could not report %s for %s: %s", status.value, attempt_id, exc)
-                    return
-                logger.warning("store unreachable, retrying the report in %.1f s: %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                logger.warning("could not report %s for %s: %s", status.value, attempt_id, exc)
+        except ConflictError as exc:
+            logger.info("attempt %s of %s was ended by the store: %s", attempt_id, rollout_id, exc)
+            raise _Stale from exc
 
     def _count(self, status: AttemptStatus, reason: str | None) -> None:
         if status == AttemptStatus.SUCCEEDED:
