@@ -98,7 +98,7 @@ async def run_batch(store: agl.Store, count: int, base: int) -> float:
 
 async def check(store: agl.Store, total: int, calls: int) -> dict[str, int]:
     succeeded = (await store.query_rollouts(status=RolloutStatus.SUCCEEDED, limit=1)).total
-    page = await store.query_rollouts(limit=50)
+    page = await store.query_rollouts(limit=50, offset=total - 50)  # timed, not warm-up ones
     llm = rewards = 0
     for rollout in page.rollouts:
         spans = await store.query_spans(rollout.rollout_id)

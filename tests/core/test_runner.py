@@ -67,12 +67,9 @@ async def test_runs_rollouts_concurrently_and_records_rewards(store: MemoryStore
         return task / 10
 
     ids = await enqueue(store, *range(20))
-    started = time.monotonic()
     stats = await runner(agent, store, concurrency=10, max_rollouts=20).run()
-    elapsed = time.monotonic() - started
     assert (stats.claimed, stats.succeeded, stats.failed) == (20, 20, 0)
-    assert peak == 10
-    assert elapsed < 1.0  # 20 x 50 ms, 10 at a time: ~0.1 s, far below 1 s sequentially
+    assert peak == 10  # ten agents were inside their sleep at once
     found = await results(store, ids)
     assert [r.reward for r in found] == [i / 10 for i in range(20)]
     assert all(r.status == RolloutStatus.SUCCEEDED for r in found)
