@@ -1,0 +1,1 @@
+"""LightningRL: from a rollout's spans to training transitions (credit assignment)."""
