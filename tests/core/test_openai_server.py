@@ -212,7 +212,7 @@ def test_chat_logprobs(client: openai.OpenAI) -> None:
         assert [t.logprob for t in entry.top_logprobs] == sorted(
             (t.logprob for t in entry.top_logprobs), reverse=True
         )
-    assert content[-1].token == "</s>"
+    assert content[-1].token == "<|im_end|>"
     text_bytes = bytes(b for entry in content[:-1] for b in entry.bytes or [])
     assert text_bytes.decode() == choice.message.content
     again = ask().choices[0].logprobs
@@ -433,7 +433,7 @@ def test_completions(client: openai.OpenAI) -> None:
     assert extra["prompt_token_ids"] == encode("hello")
     assert extra["token_ids"] == [*encode("ok: hello"), EOS_ID]
     assert choice.logprobs is not None
-    assert choice.logprobs.tokens == [*"ok: hello", "</s>"]
+    assert choice.logprobs.tokens == [*"ok: hello", "<|im_end|>"]
     assert choice.logprobs.text_offset == list(range(10))
     assert all(lp is not None and lp <= 0 for lp in choice.logprobs.token_logprobs or [])
     assert all(len(top) == 2 for top in choice.logprobs.top_logprobs or [])

@@ -23,6 +23,7 @@ from agl.errors import AglError, InvalidInputError
 
 __all__ = [
     "NoRolloutError",
+    "agent_span",
     "emit_annotation",
     "emit_exception",
     "emit_message",
@@ -231,6 +232,68 @@ def _decorate(func: F, name: str) -> F:
             return result
 
     return wrapper  # type: ignore[return-value]
+
+
+class agent_span:  # lowercase: used like a function, `with agl.agent_span("writer"):`
+    """Mark a block or a function as the work of one agent: every LLM call inside is its call.
+
+    ::
+
+        with agl.agent_span("writer"):
+            draft = await client.chat.completions.create(...)
+        @agl.agent_span("checker")
+        async def check(draft: str) -> bool: ...
+
+    Credit assignment gives each LLM call to the nearest enclosing agent span, so in a
+    multi-agent system each agent's calls can go to its own optimizer. Framework adapters mark
+    their agents the same way. Outside a rollout the code runs untraced.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(
+                f"an agent name must be a non-empty string, got {name!r}", field="name"
+            )
+        self.name = name
+        self._stack: list[contextlib.AbstractContextManager[Any]] = []
+
+    def __enter__(self) -> Any:
+        from agl.tracing.tracer import current_binding
+
+        binding = current_binding()
+        if binding is None:
+            manager: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        else:
+            attributes = {
+                semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_AGENT,
+                semconv.AGL_AGENT_NAME: self.name,
+            }
+            manager = binding.tracer.otel_tracer.start_as_current_span(
+                f"agent {self.name}", attributes=attributes
+            )
+        self._stack.append(manager)
+        return manager.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._stack.pop().__exit__(*exc_info)
+
+    def __call__(self, func: F) -> F:
+        name = self.name
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with agent_span(name):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with agent_span(name):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -1,1 +1,33 @@
-"""LightningRL: from a rollout's spans to training transitions (credit assignment)."""
+"""LightningRL: from a rollout's spans to training transitions (credit assignment).
+
+See :class:`LightningRL` for the whole path, and the modules for each part: :mod:`.calls`
+(joining and attributing LLM calls), :mod:`.credit` (returns per call), :mod:`.advantages`
+(group baselines), :mod:`.transitions` (samples, batches, tensors and files).
+"""
+
+from agl.lightning.advantages import GRPO, RLOO, AdvantageEstimator, Group, Reinforce
+from agl.lightning.builder import INFRASTRUCTURE_STATUSES, AgentSelector, LightningRL
+from agl.lightning.calls import AttemptCalls, LLMCall, extract_calls
+from agl.lightning.credit import CreditAssigner, DiscountedReturn, FinalReward, StepRewards
+from agl.lightning.transitions import DropReport, Transition, TransitionBatch
+
+__all__ = [
+    "GRPO",
+    "INFRASTRUCTURE_STATUSES",
+    "RLOO",
+    "AdvantageEstimator",
+    "AgentSelector",
+    "AttemptCalls",
+    "CreditAssigner",
+    "DiscountedReturn",
+    "DropReport",
+    "FinalReward",
+    "Group",
+    "LLMCall",
+    "LightningRL",
+    "Reinforce",
+    "StepRewards",
+    "Transition",
+    "TransitionBatch",
+    "extract_calls",
+]

@@ -18,7 +18,8 @@ from typing import Any
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
 """The reserved special token ids; byte ``b`` is token ``b + 3``."""
 VOCAB_SIZE = 256 + 3
-_SPECIAL_TEXT = {BOS_ID: "<s>", EOS_ID: "</s>", PAD_ID: "<pad>"}
+_SPECIAL_TEXT = {BOS_ID: "<s>", EOS_ID: "<|im_end|>", PAD_ID: "<pad>"}
+_END_OF_TURN = "<|im_end|>"
 
 JSON = dict[str, Any]
 
@@ -35,8 +36,20 @@ class WireError(Exception):
 
 
 def encode(text: str) -> list[int]:
-    """Tokenize ``text``: one token per UTF-8 byte, id = byte value + 3. No BOS is added."""
-    return [byte + 3 for byte in text.encode()]
+    """Tokenize ``text``: one token per UTF-8 byte, id = byte value + 3. No BOS is added.
+
+    The chat template's end-of-turn marker ``<|im_end|>`` is one token, EOS, as in ChatML
+    models whose EOS is ``<|im_end|>``: a finished reply's last token is the same token the
+    next prompt has after that reply, so multi-turn prompts extend earlier prompt + response.
+    """
+    if _END_OF_TURN not in text:
+        return [byte + 3 for byte in text.encode()]
+    ids: list[int] = []
+    for index, piece in enumerate(text.split(_END_OF_TURN)):
+        if index:
+            ids.append(EOS_ID)
+        ids.extend(byte + 3 for byte in piece.encode())
+    return ids
 
 
 def decode(token_ids: Iterable[int]) -> str:

@@ -19,7 +19,10 @@ Routes: ``GET /v1/models``, ``GET /health``, ``POST /v1/chat/completions``,
 Every request, including unknown routes, is recorded in :attr:`OpenAIServer.requests`.
 
 **Tokenizer.** Byte level: token id = UTF-8 byte + 3; ids 0, 1, 2 are BOS, EOS and PAD
-(:data:`VOCAB_SIZE` is 259). ``decode(encode(text)) == text`` for any text. No BOS is added.
+(:data:`VOCAB_SIZE` is 259). EOS is the template's end-of-turn marker ``<|im_end|>`` (one
+token, as in ChatML models), so a multi-turn prompt extends the earlier prompt + response
+token for token. ``decode(encode(text)) == text`` for any text without ``<|im_end|>``
+(decoding skips special tokens). No BOS is added.
 
 **Chat template** (also used for the Responses API, ``instructions`` first as a system message;
 and ``tools``, when given, as a first system message ``# Tools\\n<json.dumps(tools, sort_keys)>``)::

@@ -1,0 +1,368 @@
+"""LightningRL: finished rollouts in, transitions of the selected agents out.
+
+::
+
+    lightning = agl.LightningRL(agents=["writer"], credit="final", advantage="grpo")
+    batch = lightning.build(results, step=step)     # results of ctx.run_rollouts(tasks, n=8)
+    tensors = batch.to_tensors(pad_token_id=tokenizer.pad_token_id)
+    ctx.log(step, batch.report.as_metrics())          # what was dropped, and why
+
+For each rollout: read its calls (:func:`~agl.lightning.calls.extract_calls`: gateway and
+instrumented spans joined, each call attributed to its agent, step rewards matched), credit
+every call with a return (:mod:`~agl.lightning.credit`), compute rollout-level group advantages
+(:mod:`~agl.lightning.advantages`), keep the calls of the selected agents and turn them into
+:class:`~agl.lightning.transitions.Transition` samples, one per call or, in trajectory mode, one
+per run of calls that extend each other. Whatever cannot be trained is dropped with a counted
+reason in :attr:`TransitionBatch.report`, never raised.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agl.errors import InvalidInputError
+from agl.lightning.advantages import AdvantageEstimator, Group, advantage_estimator
+from agl.lightning.calls import AttemptCalls, LLMCall, extract_calls
+from agl.lightning.credit import CreditAssigner, credit_assigner
+from agl.lightning.transitions import DropReport, Transition, TransitionBatch
+from agl.results import RolloutResult
+from agl.rollouts import AttemptStatus, RolloutStatus
+
+__all__ = ["INFRASTRUCTURE_STATUSES", "AgentSelector", "LightningRL"]
+
+INFRASTRUCTURE_STATUSES = frozenset(
+    {
+        AttemptStatus.UNRESPONSIVE,
+        AttemptStatus.TIMEOUT,
+        AttemptStatus.CANCELLED,
+        AttemptStatus.RELEASED,
+        AttemptStatus.PREPARING,
+        AttemptStatus.RUNNING,
+    }
+)
+"""Attempt outcomes that say nothing about the policy: a runner lost, a time limit hit, a
+rollout cancelled or handed back. Rollouts ending so are dropped, never trained as reward 0."""
+
+
+class AgentSelector:
+    """Which agents a rule covers: exact names and shell-style patterns (``"writer*"``).
+
+    ``"*"`` (or None) covers every agent, including calls no agent span encloses (agent None);
+    any other rule covers named agents only.
+    """
+
+    def __init__(self, agents: str | Sequence[str] | None) -> None:
+        if agents is None:
+            agents = ["*"]
+        elif isinstance(agents, str):
+            agents = [agents]
+        else:
+            agents = list(agents)
+        if not agents or not all(isinstance(agent, str) and agent for agent in agents):
+            raise InvalidInputError(
+                f"agents must be names or patterns, got {agents!r}", field="agents"
+            )
+        self.rules = agents
+        self.everything = "*" in agents
+        self._exact = {agent for agent in agents if not _is_pattern(agent)}
+        self._patterns = [agent for agent in agents if _is_pattern(agent)]
+        self._cache: dict[str | None, bool] = {}
+
+    def __call__(self, agent: str | None) -> bool:
+        found = self._cache.get(agent)
+        if found is None:
+            if self.everything:
+                found = True
+            elif agent is None:
+                found = False
+            else:
+                found = agent in self._exact or any(
+                    fnmatch.fnmatchcase(agent, pattern) for pattern in self._patterns
+                )
+            self._cache[agent] = found
+        return found
+
+    def __repr__(self) -> str:
+        return f"AgentSelector({self.rules!r})"
+
+
+def _is_pattern(text: str) -> bool:
+    return any(char in text for char in "*?[")
+
+
+@dataclass
+class _Rollout:
+    result: RolloutResult
+    value: float
+    calls: list[LLMCall]
+    returns: list[float]
+    advantages: list[float] = field(default_factory=list)
+
+
+class LightningRL:
+    """Credit assignment and advantages: how finished rollouts become transitions.
+
+    Args:
+        agents: The agents to train: names or patterns (``"*"``, the default: every call).
+        credit: A credit-assignment strategy or its name (``"final"``, ``"step"``,
+            ``"discounted"``, or a plugin's).
+        advantage: An advantage estimator or its name (``"grpo"``, ``"rloo"``,
+            ``"reinforce"``).
+        trajectory: Merge consecutive calls of an agent whose prompt extends the previous
+            prompt + response into one sample, observation tokens masked out.
+        max_prompt_length / max_response_length: Drop (count) samples longer than this.
+        drop_zero_variance: Drop groups the estimator can learn nothing from (all rewards
+            equal); False keeps them with advantage 0.
+        failed_reward: Train on rollouts whose agent failed (``failed``, not an infrastructure
+            outcome) with this final reward; None (default) drops them.
+        infrastructure_statuses: Attempt outcomes never trained on.
+    """
+
+    def __init__(
+        self,
+        *,
+        agents: str | Sequence[str] | None = "*",
+        credit: str | CreditAssigner = "final",
+        advantage: str | AdvantageEstimator = "grpo",
+        trajectory: bool = False,
+        max_prompt_length: int | None = None,
+        max_response_length: int | None = None,
+        drop_zero_variance: bool = True,
+        failed_reward: float | None = None,
+        infrastructure_statuses: frozenset[AttemptStatus] = INFRASTRUCTURE_STATUSES,
+    ) -> None:
+        self.selector = AgentSelector(agents)
+        self.credit = credit_assigner(credit)
+        self.advantage = advantage_estimator(advantage)
+        self.trajectory = trajectory
+        for name, value in (
+            ("max_prompt_length", max_prompt_length),
+            ("max_response_length", max_response_length),
+        ):
+            if value is not None and value < 1:
+                raise InvalidInputError(f"{name} must be at least 1, got {value}", field=name)
+        self.max_prompt_length = max_prompt_length
+        self.max_response_length = max_response_length
+        self.drop_zero_variance = drop_zero_variance
+        self.failed_reward = failed_reward
+        self.infrastructure_statuses = infrastructure_statuses
+
+    def __repr__(self) -> str:
+        return (
+            f"LightningRL(agents={self.selector.rules!r}, credit={self.credit!r}, "
+            f"advantage={self.advantage!r}, trajectory={self.trajectory})"
+        )
+
+    def with_agents(self, agents: str | Sequence[str] | None) -> LightningRL:
+        """The same settings for other agents."""
+        copy = object.__new__(LightningRL)
+        copy.__dict__.update(self.__dict__)
+        copy.selector = AgentSelector(agents)
+        return copy
+
+    def build(
+        self,
+        results: Sequence[RolloutResult],
+        *,
+        step: int = 0,
+        calls: Mapping[str, AttemptCalls] | None = None,
+    ) -> TransitionBatch:
+        """Turn finished rollouts into the selected agents' transitions.
+
+        Args:
+            results: Finished rollouts (``ctx.run_rollouts``), the ``n`` samples of a task
+                sharing ``metadata["task_index"]`` (or ``metadata["group_id"]``).
+            step: Written into every transition.
+            calls: Calls already extracted, by rollout id (several algorithms sharing one
+                batch extract once).
+        """
+        report = DropReport()
+        groups: dict[str, list[_Rollout]] = {}
+        for result in results:
+            key = _group_key(result, step)
+            attempt = calls.get(result.rollout.rollout_id) if calls is not None else None
+            if attempt is None:
+                attempt = extract_calls(result.spans)
+            for name, count in attempt.counts.items():
+                if count:
+                    report.notes[name] += count
+            selected = self.selector
+            mine = sum(1 for call in attempt.calls if selected(call.agent))
+            report.calls_seen += mine
+            report.notes["other_agents_calls"] += len(attempt.calls) - mine
+            final, reason = self._final_reward(result, attempt)
+            if final is None:
+                report.dropped_rollouts[reason] += 1
+                if mine:
+                    report.dropped_calls[reason] += mine
+                continue
+            returns = self.credit.assign(attempt.calls, final)
+            if len(returns) != len(attempt.calls):
+                raise InvalidInputError(
+                    f"credit strategy {self.credit!r} returned {len(returns)} returns for "
+                    f"{len(attempt.calls)} calls",
+                    field="credit",
+                )
+            value = returns[0] if returns else final
+            keep = [i for i, call in enumerate(attempt.calls) if selected(call.agent)]
+            groups.setdefault(key, []).append(
+                _Rollout(
+                    result,
+                    value,
+                    [attempt.calls[i] for i in keep],
+                    [returns[i] for i in keep],
+                )
+            )
+
+        keys = list(groups)
+        estimated = self.advantage.estimate(
+            [
+                Group(key, [r.value for r in groups[key]], [r.returns for r in groups[key]])
+                for key in keys
+            ]
+        )
+        transitions: list[Transition] = []
+        for key, estimate in zip(keys, estimated, strict=True):
+            members = groups[key]
+            advantages = estimate
+            if advantages is None:
+                if self.drop_zero_variance:
+                    reason = "single_rollout_group" if len(members) < 2 else "zero_variance_group"
+                    for member in members:
+                        report.dropped_rollouts[reason] += 1
+                        if member.calls:
+                            report.dropped_calls[reason] += len(member.calls)
+                    continue
+                advantages = [[0.0] * len(member.calls) for member in members]
+            for member, rollout_advantages in zip(members, advantages, strict=True):
+                member.advantages = rollout_advantages
+                self._samples(member, key, step, report, transitions)
+        report.transitions = len(transitions)
+        return TransitionBatch(transitions, report)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _final_reward(
+        self, result: RolloutResult, attempt: AttemptCalls
+    ) -> tuple[float | None, str]:
+        if result.rollout.status != RolloutStatus.SUCCEEDED:
+            last = result.attempts[-1].status if result.attempts else None
+            if (
+                last is None
+                or last in self.infrastructure_statuses
+                or result.rollout.status == RolloutStatus.CANCELLED
+            ):
+                return None, "infrastructure_failure"
+            if self.failed_reward is None:
+                return None, "rollout_failed"
+            return self.failed_reward, ""
+        if attempt.final_reward is None:
+            return None, "no_reward"
+        return attempt.final_reward, ""
+
+    def _samples(
+        self,
+        member: _Rollout,
+        group_id: str,
+        step: int,
+        report: DropReport,
+        out: list[Transition],
+    ) -> None:
+        by_agent: dict[str | None, list[Transition]] = {}
+        previous: dict[str | None, Transition] = {}
+        max_response = self.max_response_length
+        for call, ret, adv in zip(member.calls, member.returns, member.advantages, strict=True):
+            prompt, response = call.prompt_ids, call.response_ids
+            if prompt is None or response is None:
+                report.dropped_calls["no_token_ids"] += 1
+                continue
+            if not response:
+                report.dropped_calls["empty_response"] += 1
+                continue
+            logprobs = call.logprobs
+            if logprobs is not None and len(logprobs) != len(response):
+                report.notes["logprobs_mismatch"] += 1
+                logprobs = None
+            last = previous.get(call.agent) if self.trajectory else None
+            if last is not None:
+                merged = _extend(last, prompt, response, logprobs, ret, adv, max_response)
+                if merged == "merged":
+                    continue
+                report.notes[merged] += 1
+            if self.max_prompt_length is not None and len(prompt) > self.max_prompt_length:
+                report.dropped_calls["prompt_too_long"] += 1
+                previous.pop(call.agent, None)
+                continue
+            if max_response is not None and len(response) > max_response:
+                report.dropped_calls["response_too_long"] += 1
+                previous.pop(call.agent, None)
+                continue
+            sample = Transition(
+                agent=call.agent,
+                prompt_ids=prompt,
+                response_ids=response,
+                response_logprobs=logprobs,
+                reward=ret,
+                advantage=adv,
+                rollout_id=call.rollout_id,
+                group_id=group_id,
+                step=step,
+                attempt_id=call.attempt_id,
+                call_index=call.index,
+            )
+            by_agent.setdefault(call.agent, []).append(sample)
+            previous[call.agent] = sample
+        for samples in by_agent.values():
+            weight = 1.0 / len(samples)
+            for sample in samples:
+                sample.weight = weight
+                out.append(sample)
+
+
+def _extend(
+    sample: Transition,
+    prompt: list[int],
+    response: list[int],
+    logprobs: list[float] | None,
+    ret: float,
+    adv: float,
+    max_response: int | None,
+) -> str:
+    """Merge a call into the sample it extends; say why not otherwise."""
+    head = len(sample.prompt_ids)
+    seen = head + len(sample.response_ids)
+    if len(prompt) < seen or prompt[:head] != sample.prompt_ids:
+        return "trajectory_breaks"
+    if prompt[head:seen] != sample.response_ids:
+        return "trajectory_breaks"
+    observation = prompt[seen:]
+    grown = len(sample.response_ids) + len(observation) + len(response)
+    if max_response is not None and grown > max_response:
+        return "trajectory_length_splits"
+    mask = sample.mask()
+    advantages = sample.per_token_advantages()
+    blank = [0] * len(observation)
+    sample.response_mask = [*mask, *blank, *([1] * len(response))]
+    sample.token_advantages = [*advantages, *([0.0] * len(observation)), *([adv] * len(response))]
+    if sample.response_logprobs is not None and logprobs is not None:
+        sample.response_logprobs = [*sample.response_logprobs, *([0.0] * len(blank)), *logprobs]
+    else:
+        sample.response_logprobs = None
+    sample.response_ids = [*sample.response_ids, *observation, *response]
+    sample.reward = ret
+    sample.advantage = adv
+    sample.n_calls += 1
+    return "merged"
+
+
+def _group_key(result: RolloutResult, step: int) -> str:
+    metadata = result.rollout.metadata
+    group = metadata.get("group_id")
+    if isinstance(group, str | int) and not isinstance(group, bool):
+        return str(group)
+    index = metadata.get("task_index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return f"step{step}-task{index}"
+    return result.rollout.rollout_id

@@ -1,0 +1,332 @@
+"""Transitions, the training samples credit assignment produces, and batches of them.
+
+A :class:`Transition` is one sample: the prompt the engine saw, the tokens it produced (with
+their logprobs under the sampling policy), and the return and advantage credit assignment gave
+them. Its fields map one for one onto what verl's ``DataProto`` and a plain PyTorch policy-
+gradient loss need; :meth:`TransitionBatch.to_arrays` / :meth:`~TransitionBatch.to_tensors`
+lay a batch out as padded arrays, and :meth:`~TransitionBatch.to_jsonl` /
+:meth:`~TransitionBatch.to_parquet` write it for offline use (SFT, analysis, another trainer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from agl.errors import AglError, InvalidInputError
+
+__all__ = ["DropReport", "Transition", "TransitionBatch"]
+
+
+@dataclass(slots=True)
+class Transition:
+    """One training sample: one LLM call, or (trajectory mode) several merged into one.
+
+    Attributes:
+        agent: The agent that made the call(s) (None when no agent span named one).
+        prompt_ids: The prompt's token ids, as the engine tokenized it.
+        response_ids: The response's token ids; in a merged sample, every later call's new
+            prompt tokens (tool results, observations) are in here too, masked out.
+        response_logprobs: The logprob of each response token under the policy that sampled
+            it (0.0 at masked positions), or None when the engine did not return them.
+        reward: The return credit assignment gave the (last) call.
+        advantage: The advantage of the (last) call.
+        rollout_id / attempt_id: Where the sample came from.
+        group_id: The rollouts sharing a baseline (the ``n`` samples of one task).
+        step: The training step the sample was built for.
+        call_index: The position of the (first) call in its attempt.
+        n_calls: How many calls the sample merges (1 outside trajectory mode).
+        response_mask: 1 for tokens the model produced, 0 for observation tokens; None means
+            all ones.
+        token_advantages: Per response token advantage, for merged samples whose calls have
+            different advantages (None: :attr:`advantage` on every unmasked token).
+        weight: ``1 / (samples of its rollout and agent)``: weighting a loss by it makes every
+            rollout count once, however many calls it made.
+    """
+
+    agent: str | None
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float] | None
+    reward: float
+    advantage: float
+    rollout_id: str
+    group_id: str
+    step: int = 0
+    attempt_id: str = ""
+    call_index: int = 0
+    n_calls: int = 1
+    response_mask: list[int] | None = None
+    token_advantages: list[float] | None = None
+    weight: float = 1.0
+
+    def mask(self) -> list[int]:
+        """The response mask, all ones when :attr:`response_mask` is None."""
+        return (
+            self.response_mask if self.response_mask is not None else [1] * len(self.response_ids)
+        )
+
+    def per_token_advantages(self) -> list[float]:
+        """The advantage of each response token (0.0 where masked)."""
+        if self.token_advantages is not None:
+            return self.token_advantages
+        if self.response_mask is None:
+            return [self.advantage] * len(self.response_ids)
+        return [self.advantage if keep else 0.0 for keep in self.response_mask]
+
+
+@dataclass
+class DropReport:
+    """What credit assignment kept and dropped, and why. Nothing is dropped silently.
+
+    Attributes:
+        calls_seen: LLM calls of selected agents in the batch's rollouts.
+        transitions: Samples built.
+        dropped_calls: Calls not trained, by reason: ``no_token_ids``, ``empty_response``,
+            ``prompt_too_long``, ``response_too_long``, ``infrastructure_failure``,
+            ``rollout_failed``, ``no_reward``, ``zero_variance_group``, ``single_rollout_group``.
+        dropped_rollouts: Rollouts not trained, by the same reasons.
+        notes: Counts that are not drops: ``trajectory_breaks`` (a call that did not extend the
+            previous one and started a new sample), ``logprobs_mismatch`` (logprobs of the wrong
+            length, left out), ``reparented_spans``, ``joined_by_order``, ``gateway_only``,
+            ``instrumented_only``, ``unmatched_rewards``, ``other_agents_calls``.
+    """
+
+    calls_seen: int = 0
+    transitions: int = 0
+    dropped_calls: Counter[str] = field(default_factory=Counter)
+    dropped_rollouts: Counter[str] = field(default_factory=Counter)
+    notes: Counter[str] = field(default_factory=Counter)
+
+    def as_metrics(self, prefix: str = "transitions/") -> dict[str, float]:
+        """Flat metrics for :meth:`agl.AlgorithmContext.log`."""
+        metrics = {
+            f"{prefix}calls": float(self.calls_seen),
+            f"{prefix}kept": float(self.transitions),
+        }
+        metrics.update({f"{prefix}dropped/{k}": float(v) for k, v in self.dropped_calls.items()})
+        metrics.update(
+            {f"{prefix}dropped_rollouts/{k}": float(v) for k, v in self.dropped_rollouts.items()}
+        )
+        metrics.update({f"{prefix}{k}": float(v) for k, v in self.notes.items()})
+        return metrics
+
+    def summary(self) -> str:
+        """One line: kept, and dropped by reason."""
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(self.dropped_calls.items()))
+        text = f"{self.transitions} samples from {self.calls_seen} calls"
+        return f"{text}; dropped: {dropped}" if dropped else text
+
+
+class TransitionBatch(Sequence[Transition]):
+    """The transitions of one step, with the report of what was dropped."""
+
+    def __init__(self, transitions: Sequence[Transition], report: DropReport | None = None) -> None:
+        self.transitions = list(transitions)
+        self.report = report if report is not None else DropReport(transitions=len(transitions))
+
+    def __len__(self) -> int:
+        return len(self.transitions)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.transitions[index]
+
+    def __iter__(self) -> Iterator[Transition]:
+        return iter(self.transitions)
+
+    def __repr__(self) -> str:
+        return f"TransitionBatch({len(self)} transitions; {self.report.summary()})"
+
+    @property
+    def agents(self) -> list[str | None]:
+        """The agents with samples in the batch, in order of first appearance."""
+        return list(dict.fromkeys(t.agent for t in self.transitions))
+
+    def for_agents(self, *agents: str | None) -> TransitionBatch:
+        """The samples of the given agents only (same report)."""
+        wanted = set(agents)
+        return TransitionBatch([t for t in self.transitions if t.agent in wanted], self.report)
+
+    # --- padded arrays ----------------------------------------------------------------------
+
+    def to_arrays(
+        self,
+        *,
+        pad_token_id: int = 0,
+        max_prompt_length: int | None = None,
+        max_response_length: int | None = None,
+    ) -> dict[str, Any]:
+        """Lay the batch out as padded numpy arrays (needs numpy).
+
+        Prompts are left-padded and responses right-padded, so ``input_ids`` is
+        ``[prompt | response]`` with the response starting at the same column in every row, the
+        layout verl and most policy-gradient code expect. Keys (B rows, P prompt columns, R
+        response columns): ``prompts`` (B, P), ``responses`` (B, R), ``input_ids`` (B, P+R),
+        ``attention_mask`` (B, P+R), ``position_ids`` (B, P+R), ``response_mask`` (B, R),
+        ``old_logprobs`` (B, R; 0 where unknown), ``has_logprobs`` (B,), ``advantages`` (B, R),
+        ``token_rewards`` (B, R; the reward on the last response token), ``rewards`` (B,),
+        ``weights`` (B,).
+
+        Raises:
+            InvalidInputError: a sample is longer than the given maximum (samples are never
+                truncated silently: drop them with ``LightningRL(max_prompt_length=...)``).
+        """
+        try:
+            import numpy as np
+        except ImportError as exc:  # pragma: no cover - numpy comes with every trainer
+            raise AglError("TransitionBatch.to_arrays needs numpy: pip install numpy") from exc
+        rows = len(self.transitions)
+        longest_prompt = max((len(t.prompt_ids) for t in self.transitions), default=0)
+        longest_response = max((len(t.response_ids) for t in self.transitions), default=0)
+        width_p = _width(longest_prompt, max_prompt_length, "prompt")
+        width_r = _width(longest_response, max_response_length, "response")
+        prompts = np.full((rows, width_p), pad_token_id, dtype=np.int64)
+        responses = np.full((rows, width_r), pad_token_id, dtype=np.int64)
+        prompt_mask = np.zeros((rows, width_p), dtype=np.int64)
+        response_mask = np.zeros((rows, width_r), dtype=np.int64)
+        real_response = np.zeros((rows, width_r), dtype=np.int64)
+        old_logprobs = np.zeros((rows, width_r), dtype=np.float32)
+        advantages = np.zeros((rows, width_r), dtype=np.float32)
+        token_rewards = np.zeros((rows, width_r), dtype=np.float32)
+        has_logprobs = np.zeros(rows, dtype=bool)
+        for row, t in enumerate(self.transitions):
+            n_p, n_r = len(t.prompt_ids), len(t.response_ids)
+            if n_p:
+                prompts[row, width_p - n_p :] = t.prompt_ids
+                prompt_mask[row, width_p - n_p :] = 1
+            responses[row, :n_r] = t.response_ids
+            real_response[row, :n_r] = 1
+            response_mask[row, :n_r] = t.mask()
+            advantages[row, :n_r] = t.per_token_advantages()
+            if n_r:
+                token_rewards[row, n_r - 1] = t.reward
+            if t.response_logprobs is not None:
+                old_logprobs[row, :n_r] = t.response_logprobs
+                has_logprobs[row] = True
+        attention = np.concatenate([prompt_mask, real_response], axis=1)
+        positions = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
+        return {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": np.concatenate([prompts, responses], axis=1),
+            "attention_mask": attention,
+            "position_ids": positions,
+            "response_mask": response_mask,
+            "old_logprobs": old_logprobs,
+            "has_logprobs": has_logprobs,
+            "advantages": advantages,
+            "token_rewards": token_rewards,
+            "rewards": np.array([t.reward for t in self.transitions], dtype=np.float32),
+            "weights": np.array([t.weight for t in self.transitions], dtype=np.float32),
+        }
+
+    def to_tensors(self, **options: Any) -> dict[str, Any]:
+        """:meth:`to_arrays` as torch tensors (needs torch); same keys and options."""
+        try:
+            import torch
+        except ImportError as exc:
+            raise AglError(
+                "TransitionBatch.to_tensors needs torch (install agl-torch or torch)"
+            ) from exc
+        return {key: torch.from_numpy(value) for key, value in self.to_arrays(**options).items()}
+
+    # --- files ------------------------------------------------------------------------------
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """Each transition as a plain dict (JSON-ready)."""
+        return [asdict(t) for t in self.transitions]
+
+    def to_jsonl(self, path: str | os.PathLike[str]) -> Path:
+        """Write one JSON object per transition; returns the path."""
+        target = Path(path)
+        with target.open("w", encoding="utf-8") as handle:
+            for record in self.to_records():
+                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        return target
+
+    def to_parquet(self, path: str | os.PathLike[str]) -> Path:
+        """Write the transitions as a Parquet table (needs pyarrow); returns the path."""
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise AglError("to_parquet needs pyarrow: pip install 'agl-core[parquet]'") from exc
+        target = Path(path)
+        pq.write_table(pa.Table.from_pylist(self.to_records(), schema=_arrow_schema(pa)), target)
+        return target
+
+    @classmethod
+    def from_records(cls, records: Sequence[Mapping[str, Any]]) -> TransitionBatch:
+        """Rebuild a batch from :meth:`to_records` output; unknown keys are an error."""
+        names = {f.name for f in fields(Transition)}
+        transitions = []
+        for index, record in enumerate(records):
+            unknown = set(record) - names
+            if unknown:
+                raise InvalidInputError(
+                    f"transition {index} has unknown fields {sorted(unknown)}", field="records"
+                )
+            try:
+                transitions.append(Transition(**record))
+            except TypeError as exc:
+                raise InvalidInputError(f"transition {index}: {exc}", field="records") from exc
+        return cls(transitions)
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> TransitionBatch:
+        """Read a batch written by :meth:`to_jsonl`."""
+        records = []
+        with Path(path).open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except ValueError as exc:
+                    raise InvalidInputError(f"{path}:{number}: not JSON ({exc})") from exc
+        return cls.from_records(records)
+
+    @classmethod
+    def from_parquet(cls, path: str | os.PathLike[str]) -> TransitionBatch:
+        """Read a batch written by :meth:`to_parquet` (needs pyarrow)."""
+        import pyarrow.parquet as pq
+
+        return cls.from_records(pq.read_table(Path(path)).to_pylist())
+
+
+def _width(longest: int, limit: int | None, what: str) -> int:
+    if limit is None:
+        return longest
+    if longest > limit:
+        raise InvalidInputError(
+            f"a {what} has {longest} tokens, more than max_{what}_length={limit}",
+            field=f"max_{what}_length",
+        )
+    return limit
+
+
+def _arrow_schema(pa: Any) -> Any:
+    return pa.schema(
+        [
+            ("agent", pa.string()),
+            ("prompt_ids", pa.list_(pa.int64())),
+            ("response_ids", pa.list_(pa.int64())),
+            ("response_logprobs", pa.list_(pa.float64())),
+            ("reward", pa.float64()),
+            ("advantage", pa.float64()),
+            ("rollout_id", pa.string()),
+            ("group_id", pa.string()),
+            ("step", pa.int64()),
+            ("attempt_id", pa.string()),
+            ("call_index", pa.int64()),
+            ("n_calls", pa.int64()),
+            ("response_mask", pa.list_(pa.int64())),
+            ("token_advantages", pa.list_(pa.float64())),
+            ("weight", pa.float64()),
+        ]
+    )

@@ -1,0 +1,183 @@
+"""LightningRL end to end: a real two-agent system, the gateway, the OpenAI instrumentation.
+
+An agent with a ``writer`` (two turns, the second prompt extending the first) and a
+``checker`` (one call, a linked step reward) runs through the Trainer against the scripted
+OpenAI-compatible server, through the gateway that records token ids; a ``judge`` calls the
+server directly (no token ids). The test then builds transitions from the rollouts as they are
+in the store and checks each rule against what was really sent and received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import agl
+from agl import InvalidInputError, RolloutConfig
+from agl.lightning import LightningRL
+from agl.testing._openai_wire import EOS_ID, encode, render_chat
+from agl.testing.openai_server import OpenAIServer, echo
+
+UPSTREAM: dict[str, str] = {}
+"""The scripted server's URL, for the judge's direct (ungated) calls."""
+
+
+@agl.rollout
+async def two_agents(task: dict[str, Any], llm: agl.LLM, rollout: agl.Rollout) -> float:
+    if task.get("crash"):
+        raise RuntimeError("the agent broke")
+    if task.get("hang"):
+        await asyncio.sleep(30)
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0)
+    direct = openai.AsyncOpenAI(base_url=UPSTREAM["url"], api_key="-", max_retries=0)
+    async with client, direct:
+        messages: list[Any] = [{"role": "user", "content": task["q"]}]
+        with agl.agent_span("writer"):
+            first = await client.chat.completions.create(model=llm.model, messages=messages)
+            messages += [
+                {"role": "assistant", "content": first.choices[0].message.content},
+                {"role": "user", "content": "observation: tool says 4"},
+            ]
+            await client.chat.completions.create(model=llm.model, messages=messages)
+        with agl.agent_span("checker"):
+            check = await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": "check it"}]
+            )
+            agl.emit_reward(0.25, response_id=check.id)
+        with agl.agent_span("judge"):
+            await direct.chat.completions.create(
+                model="judge", messages=[{"role": "user", "content": "judge it"}]
+            )
+    sample = rollout.metadata["sample"]
+    # Task "even" has rewards 1 and 0 across its two samples; task "same" has 0.5 twice.
+    return (1.0 if sample == 0 else 0.0) if task["q"] == "even" else 0.5
+
+
+class _Collect(agl.Algorithm):
+    name = "collect"
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.results: list[agl.RolloutResult] = []
+
+    async def run(self, ctx: agl.AlgorithmContext) -> None:
+        await ctx.publish({"llm": await ctx.serve_llm([self.upstream], "policy")})
+        config = RolloutConfig(timeout_seconds=1.0, max_attempts=1)
+        self.results = await ctx.run_rollouts(ctx.train_tasks, n=2, config=config)
+
+
+TASKS = [{"q": "even"}, {"q": "same"}, {"q": "x", "crash": True}, {"q": "y", "hang": True}]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[agl.RolloutResult]:
+    run_dir: Path = tmp_path_factory.mktemp("run")
+    with OpenAIServer(echo) as server:
+        UPSTREAM["url"] = server.url
+        algorithm = _Collect(server.url)
+        trainer = agl.Trainer(
+            algorithm, run_dir=run_dir, console=False, plot=False, instrument=["openai"]
+        )
+        trainer.fit(two_agents, TASKS)
+    return algorithm.results
+
+
+def test_every_call_is_joined_and_attributed(results: list[agl.RolloutResult]) -> None:
+    from agl.lightning import extract_calls
+
+    good = [r for r in results if r.succeeded]
+    assert len(good) == 4
+    for result in good:
+        found = extract_calls(result.spans)
+        assert [c.agent for c in found.calls] == ["writer", "writer", "checker", "judge"]
+        assert found.counts["joined_by_order"] == 0
+        assert found.counts["gateway_only"] == 0
+        assert found.counts["instrumented_only"] == 1  # the judge: no gateway
+        assert [c.has_tokens for c in found.calls] == [True, True, True, False]
+        first = found.calls[0]
+        q = result.rollout.input["q"]  # type: ignore[index]
+        assert first.prompt_ids == encode(render_chat([{"role": "user", "content": q}]))
+        assert first.response_ids == [*encode(f"ok: {q}"), EOS_ID]
+        assert found.calls[2].step_rewards == [0.25]
+
+
+def test_per_call_transitions_with_group_advantages(results: list[agl.RolloutResult]) -> None:
+    batch = LightningRL(agents=["writer", "checker"], credit="step").build(results, step=3)
+    report = batch.report
+
+    # only the "even" task's two rollouts teach anything: 3 calls each
+    assert len(batch) == 6
+    assert {t.group_id for t in batch} == {"step3-task0"}
+    by_rollout: dict[str, list[agl.Transition]] = {}
+    for t in batch:
+        by_rollout.setdefault(t.rollout_id, []).append(t)
+    winner, loser = sorted(by_rollout.values(), key=lambda ts: -ts[-1].reward)
+    # StepRewards: the checker's call also gets its linked 0.25
+    assert [t.reward for t in winner] == [1.0, 1.0, 1.25]
+    assert [t.reward for t in loser] == [0.0, 0.0, 0.25]
+    # GRPO: (return - 0.5) / 0.707, the mean and deviation of the rollout values 1.0 and 0.0
+    # (each rollout's first return), however many calls each rollout made
+    assert [round(t.advantage, 3) for t in winner] == [0.707, 0.707, 1.061]
+    assert [round(t.advantage, 3) for t in loser] == [-0.707, -0.707, -0.354]
+    assert [t.weight for t in winner] == [0.5, 0.5, 1.0]  # writer made 2 calls, checker 1
+    assert all(t.step == 3 and t.response_logprobs is not None for t in batch)
+    assert all(len(t.response_logprobs or []) == len(t.response_ids) for t in batch)
+
+    assert report.calls_seen == 4 * 3  # 4 rollouts with calls (crash/hang made none), 3 each
+    assert report.dropped_rollouts == {
+        "zero_variance_group": 2,
+        "rollout_failed": 2,
+        "infrastructure_failure": 2,
+    }
+    assert report.dropped_calls == {"zero_variance_group": 6}
+    assert report.notes["other_agents_calls"] == 4  # the judge's
+    assert report.transitions == 6
+    arrays = batch.to_arrays()
+    assert arrays["responses"].shape[0] == 6
+
+
+def test_trajectory_mode_merges_the_writers_turns(results: list[agl.RolloutResult]) -> None:
+    batch = LightningRL(agents="writer", trajectory=True, drop_zero_variance=False).build(results)
+    assert len(batch) == 4  # one sample per succeeded rollout
+    for t in batch:
+        q = next(r.rollout.input for r in results if r.rollout.rollout_id == t.rollout_id)
+        q = q["q"]  # type: ignore[index]
+        first_reply = [*encode(f"ok: {q}"), EOS_ID]
+        observation = encode("\n<|im_start|>user\nobservation: tool says 4<|im_end|>\n")
+        observation += encode("<|im_start|>assistant\n")
+        second_reply = [*encode("ok: observation: tool says 4"), EOS_ID]
+        assert t.n_calls == 2
+        assert t.weight == 1.0
+        assert t.prompt_ids == encode(render_chat([{"role": "user", "content": q}]))
+        assert t.response_ids == [*first_reply, *observation, *second_reply]
+        assert t.mask() == [1] * len(first_reply) + [0] * len(observation) + [1] * len(second_reply)
+        assert t.response_logprobs is not None
+        assert t.response_logprobs[len(first_reply) : len(first_reply) + len(observation)] == [
+            0.0
+        ] * len(observation)
+    assert batch.report.notes["trajectory_breaks"] == 0
+
+
+def test_drops_are_counted_never_raised(results: list[agl.RolloutResult]) -> None:
+    everything = LightningRL(agents="*", advantage="reinforce").build(results)
+    assert everything.report.dropped_calls["no_token_ids"] == 4  # the judge's calls
+    short = LightningRL(agents="writer", max_prompt_length=10, advantage="reinforce")
+    assert short.build(results).report.dropped_calls["prompt_too_long"] == 8
+    lenient = LightningRL(agents="checker", failed_reward=0.0, advantage="reinforce")
+    report = lenient.build(results).report
+    assert "rollout_failed" not in report.dropped_rollouts
+    assert report.dropped_rollouts["infrastructure_failure"] == 2
+    none = LightningRL(agents="nobody").build(results)
+    assert len(none) == 0
+    assert none.report.calls_seen == 0
+
+
+def test_bad_settings_name_what_is_wrong() -> None:
+    with pytest.raises(InvalidInputError, match="max_prompt_length"):
+        LightningRL(max_prompt_length=0)
+    with pytest.raises(InvalidInputError, match="agents"):
+        LightningRL(agents=[""])
