@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 from agl.agent import LitAgent, rollout
 from agl.emitters import (
     NoRolloutError,
+    agent_span,
     emit_annotation,
     emit_exception,
     emit_message,
@@ -46,7 +47,10 @@ from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCod
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
-    from agl.algorithm import Algorithm, AlgorithmContext, Baseline
+    from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm, StepBatch
+    from agl.lightning import LightningRL, Transition, TransitionBatch
+    from agl.per_agent import PerAgent
+    from agl.plugins import hookimpl
     from agl.results import RolloutResult
     from agl.runner import Runner
     from agl.tracing import Tracer
@@ -60,6 +64,13 @@ _LAZY = {
     "AlgorithmContext": "agl.algorithm",
     "Baseline": "agl.algorithm",
     "FitResult": "agl.trainer",
+    "LightningRL": "agl.lightning",
+    "PerAgent": "agl.per_agent",
+    "StepAlgorithm": "agl.algorithm",
+    "StepBatch": "agl.algorithm",
+    "Transition": "agl.lightning",
+    "TransitionBatch": "agl.lightning",
+    "hookimpl": "agl.plugins",
     "RolloutResult": "agl.results",
     "Runner": "agl.runner",
     "Tracer": "agl.tracing",
@@ -91,9 +102,11 @@ __all__ = [
     "FitResult",
     "GenericResource",
     "InvalidInputError",
+    "LightningRL",
     "LitAgent",
     "NoRolloutError",
     "NotFoundError",
+    "PerAgent",
     "PromptTemplate",
     "Resource",
     "ResourcesUpdate",
@@ -110,6 +123,8 @@ __all__ = [
     "SpanLink",
     "SpanStatus",
     "StatusCode",
+    "StepAlgorithm",
+    "StepBatch",
     "Store",
     "StoreError",
     "StoreStatistics",
@@ -117,13 +132,17 @@ __all__ = [
     "TemplateFormatError",
     "Tracer",
     "Trainer",
+    "Transition",
+    "TransitionBatch",
     "UnauthorizedError",
     "Worker",
+    "agent_span",
     "emit_annotation",
     "emit_exception",
     "emit_message",
     "emit_object",
     "emit_reward",
+    "hookimpl",
     "open_store",
     "operation",
     "register_resource_type",

@@ -20,8 +20,9 @@ import abc
 import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import JsonValue
 
@@ -31,7 +32,17 @@ from agl.results import RolloutResult, fetch_results
 from agl.rollouts import RolloutConfig, RolloutMode, RolloutRequest
 from agl.store.base import Store
 
-__all__ = ["Algorithm", "AlgorithmContext", "Baseline", "reward_metrics"]
+if TYPE_CHECKING:
+    from agl.lightning import LightningRL, LLMCall, TransitionBatch
+
+__all__ = [
+    "Algorithm",
+    "AlgorithmContext",
+    "Baseline",
+    "StepAlgorithm",
+    "StepBatch",
+    "reward_metrics",
+]
 
 T = TypeVar("T")
 
@@ -187,6 +198,64 @@ class AlgorithmContext:
             raise InvalidInputError(f"batch size must be at least 1, got {size}", field="size")
         for start in range(0, len(items), size):
             yield list(items[start : start + size])
+
+
+@dataclass
+class StepBatch:
+    """What one training step hands a :class:`StepAlgorithm`.
+
+    Attributes:
+        step / epoch: Where the run is (steps count from 1).
+        results: Every rollout of the step (shared by all algorithms of a per-agent run).
+        calls: The LLM calls of this algorithm's agents, joined and attributed, with their step
+            rewards (text-level: ``call.messages()``, ``call.response``), in rollout order.
+        transitions: This algorithm's agents' transitions, when it sets ``lightning``.
+        metrics: Put figures here (``batch.metrics["loss"] = ...``); they are logged with the
+            step, prefixed with the algorithm's name when several algorithms share the run.
+    """
+
+    step: int
+    epoch: int
+    results: list[RolloutResult]
+    calls: list[LLMCall]
+    transitions: TransitionBatch | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class StepAlgorithm(Algorithm):
+    """An algorithm that learns one batch at a time, in a loop agl runs for it.
+
+    Implement :meth:`setup` (the resources it owns: an LLM it trains, a prompt it optimises)
+    and :meth:`step` (learn from one batch; return new versions of its resources). agl runs
+    the loop: batches of tasks, ``n_samples`` rollouts each, transitions built with
+    ``lightning``, publishing, validation, metrics. Because the loop is agl's, step algorithms
+    can share one run, each with its own agents (``Trainer(algorithm={"writer": rl,
+    "checker": apo})``, see :class:`agl.PerAgent`).
+
+    Attributes:
+        lightning: How this algorithm's transitions are built (None: it reads
+            ``batch.calls`` and ``batch.results`` only, like a prompt optimiser).
+        n_epochs / batch_size / n_samples: The loop: passes over the training tasks, tasks per
+            step (all if None), rollouts per task (the group of a group baseline).
+    """
+
+    lightning: LightningRL | None = None
+    n_epochs: int = 1
+    batch_size: int | None = None
+    n_samples: int = 1
+
+    async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
+        """Return the resources this algorithm owns (published before the first step)."""
+        return {}
+
+    @abc.abstractmethod
+    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+        """Learn from one batch; return new versions of resources it owns ({} for none)."""
+
+    async def run(self, ctx: AlgorithmContext) -> None:
+        from agl.per_agent import PerAgent
+
+        await PerAgent({"*": self}).run(ctx)
 
 
 def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[str, float]:

@@ -42,7 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agl.agent import LitAgent, as_agent
-from agl.algorithm import Algorithm, AlgorithmContext, Baseline
+from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
 from agl.resources import Resource
@@ -90,7 +90,10 @@ class Trainer:
     """Run an algorithm over a dataset with an agent.
 
     Args:
-        algorithm: What trains (default :class:`~agl.Baseline`: run and report only).
+        algorithm: What trains (default :class:`~agl.Baseline`: run and report only): an
+            algorithm; the name of an installed one (``"baseline"``, or a plugin's, built with
+            default settings; see ``agl plugins``); or a mapping of agent names or patterns to
+            step algorithms, one optimizer per agent (:class:`~agl.PerAgent`).
         store: A store URL or object (default ``sqlite:///<run_dir>/store.db``).
         n_runners: 1 runs rollouts in this process; more starts that many runner processes.
         concurrency: Rollouts each runner runs at once.
@@ -108,7 +111,7 @@ class Trainer:
 
     def __init__(
         self,
-        algorithm: Algorithm | None = None,
+        algorithm: Algorithm | str | Mapping[str, StepAlgorithm | None] | None = None,
         *,
         store: str | Store | None = None,
         n_runners: int = 1,
@@ -125,11 +128,7 @@ class Trainer:
             raise InvalidInputError(f"n_runners must be at least 1, got {n_runners}")
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
-        self.algorithm = algorithm if algorithm is not None else Baseline()
-        if not isinstance(self.algorithm, Algorithm):
-            raise InvalidInputError(
-                f"algorithm must be an agl.Algorithm, got {type(self.algorithm).__name__}"
-            )
+        self.algorithm = _resolve_algorithm(algorithm)
         self.store = store
         self.n_runners = n_runners
         self.concurrency = concurrency
@@ -518,6 +517,42 @@ class _GatewayStarter:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _resolve_algorithm(
+    algorithm: Algorithm | str | Mapping[str, StepAlgorithm | None] | None,
+) -> Algorithm:
+    if algorithm is None:
+        return Baseline()
+    if isinstance(algorithm, Algorithm):
+        return algorithm
+    if isinstance(algorithm, str):
+        from agl.plugins import load_algorithm
+
+        cls = load_algorithm(algorithm)
+        try:
+            built = cls()
+        except TypeError as exc:
+            raise InvalidInputError(
+                f"algorithm {algorithm!r} ({cls.__module__}.{cls.__qualname__}) cannot be built "
+                f"with default settings ({exc}); build it yourself and pass the object",
+                field="algorithm",
+            ) from exc
+        if not isinstance(built, Algorithm):
+            raise InvalidInputError(
+                f"algorithm {algorithm!r} built a {type(built).__name__}, not an agl.Algorithm",
+                field="algorithm",
+            )
+        return built
+    if isinstance(algorithm, Mapping):
+        from agl.per_agent import PerAgent
+
+        return PerAgent(algorithm)
+    raise InvalidInputError(
+        "algorithm must be an agl.Algorithm, the name of an installed one, or a mapping of "
+        f"agent names to step algorithms; got {type(algorithm).__name__}",
+        field="algorithm",
+    )
 
 
 def _default_run_dir(name: str) -> Path:

@@ -19,7 +19,7 @@ reason in :attr:`TransitionBatch.report`, never raised.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agl.errors import InvalidInputError
@@ -168,6 +168,7 @@ class LightningRL:
         *,
         step: int = 0,
         calls: Mapping[str, AttemptCalls] | None = None,
+        select: Callable[[str | None], bool] | None = None,
     ) -> TransitionBatch:
         """Turn finished rollouts into the selected agents' transitions.
 
@@ -177,6 +178,8 @@ class LightningRL:
             step: Written into every transition.
             calls: Calls already extracted, by rollout id (several algorithms sharing one
                 batch extract once).
+            select: Which agents' calls to keep, instead of the ``agents`` rule (the
+                per-agent trainer passes each algorithm exactly the agents it owns).
         """
         report = DropReport()
         groups: dict[str, list[_Rollout]] = {}
@@ -188,7 +191,7 @@ class LightningRL:
             for name, count in attempt.counts.items():
                 if count:
                     report.notes[name] += count
-            selected = self.selector
+            selected = select if select is not None else self.selector
             mine = sum(1 for call in attempt.calls if selected(call.agent))
             report.calls_seen += mine
             report.notes["other_agents_calls"] += len(attempt.calls) - mine

@@ -10,6 +10,7 @@ lay a batch out as padded arrays, and :meth:`~TransitionBatch.to_jsonl` /
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -180,36 +181,45 @@ class TransitionBatch(Sequence[Transition]):
             import numpy as np
         except ImportError as exc:  # pragma: no cover - numpy comes with every trainer
             raise AglError("TransitionBatch.to_arrays needs numpy: pip install numpy") from exc
-        rows = len(self.transitions)
-        longest_prompt = max((len(t.prompt_ids) for t in self.transitions), default=0)
-        longest_response = max((len(t.response_ids) for t in self.transitions), default=0)
-        width_p = _width(longest_prompt, max_prompt_length, "prompt")
-        width_r = _width(longest_response, max_response_length, "response")
+        samples = self.transitions
+        rows = len(samples)
+        prompt_lengths = np.fromiter((len(t.prompt_ids) for t in samples), np.int64, rows)
+        response_lengths = np.fromiter((len(t.response_ids) for t in samples), np.int64, rows)
+        width_p = _width(int(prompt_lengths.max(initial=0)), max_prompt_length, "prompt")
+        width_r = _width(int(response_lengths.max(initial=0)), max_response_length, "response")
+        # Every row's tokens are written at once, through boolean masks: filling a mask in
+        # row-major order places a concatenation of the rows' lists exactly where they belong.
+        in_prompt = np.arange(width_p) >= (width_p - prompt_lengths)[:, None]
+        in_response = np.arange(width_r) < response_lengths[:, None]
         prompts = np.full((rows, width_p), pad_token_id, dtype=np.int64)
+        prompts[in_prompt] = _flat(np, (t.prompt_ids for t in samples), np.int64)
         responses = np.full((rows, width_r), pad_token_id, dtype=np.int64)
-        prompt_mask = np.zeros((rows, width_p), dtype=np.int64)
-        response_mask = np.zeros((rows, width_r), dtype=np.int64)
-        real_response = np.zeros((rows, width_r), dtype=np.int64)
+        responses[in_response] = _flat(np, (t.response_ids for t in samples), np.int64)
+        response_mask = in_response.astype(np.int64)
+        advantage = np.fromiter((t.advantage for t in samples), np.float32, rows)
+        advantages = np.where(in_response, advantage[:, None], np.float32(0.0))
+        for row, t in enumerate(samples):
+            if t.response_mask is not None or t.token_advantages is not None:
+                n = len(t.response_ids)
+                response_mask[row, :n] = t.mask()
+                advantages[row, :n] = t.per_token_advantages()
+        has_logprobs = np.fromiter((t.response_logprobs is not None for t in samples), bool, rows)
         old_logprobs = np.zeros((rows, width_r), dtype=np.float32)
-        advantages = np.zeros((rows, width_r), dtype=np.float32)
+        old_logprobs[in_response & has_logprobs[:, None]] = _flat(
+            np,
+            (t.response_logprobs for t in samples if t.response_logprobs is not None),
+            np.float32,
+        )
+        rewards = np.fromiter((t.reward for t in samples), np.float32, rows)
         token_rewards = np.zeros((rows, width_r), dtype=np.float32)
-        has_logprobs = np.zeros(rows, dtype=bool)
-        for row, t in enumerate(self.transitions):
-            n_p, n_r = len(t.prompt_ids), len(t.response_ids)
-            if n_p:
-                prompts[row, width_p - n_p :] = t.prompt_ids
-                prompt_mask[row, width_p - n_p :] = 1
-            responses[row, :n_r] = t.response_ids
-            real_response[row, :n_r] = 1
-            response_mask[row, :n_r] = t.mask()
-            advantages[row, :n_r] = t.per_token_advantages()
-            if n_r:
-                token_rewards[row, n_r - 1] = t.reward
-            if t.response_logprobs is not None:
-                old_logprobs[row, :n_r] = t.response_logprobs
-                has_logprobs[row] = True
-        attention = np.concatenate([prompt_mask, real_response], axis=1)
-        positions = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
+        nonempty = response_lengths > 0
+        token_rewards[nonempty, response_lengths[nonempty] - 1] = rewards[nonempty]
+        attention = np.empty((rows, width_p + width_r), dtype=np.int64)
+        attention[:, :width_p] = in_prompt
+        attention[:, width_p:] = in_response
+        positions = np.cumsum(attention, axis=1)
+        positions -= 1
+        np.maximum(positions, 0, out=positions)
         return {
             "prompts": prompts,
             "responses": responses,
@@ -221,8 +231,8 @@ class TransitionBatch(Sequence[Transition]):
             "has_logprobs": has_logprobs,
             "advantages": advantages,
             "token_rewards": token_rewards,
-            "rewards": np.array([t.reward for t in self.transitions], dtype=np.float32),
-            "weights": np.array([t.weight for t in self.transitions], dtype=np.float32),
+            "rewards": rewards,
+            "weights": np.fromiter((t.weight for t in samples), np.float32, rows),
         }
 
     def to_tensors(self, **options: Any) -> dict[str, Any]:
@@ -297,6 +307,11 @@ class TransitionBatch(Sequence[Transition]):
         import pyarrow.parquet as pq
 
         return cls.from_records(pq.read_table(Path(path)).to_pylist())
+
+
+def _flat(np: Any, lists: Iterator[list[Any]] | Any, dtype: Any) -> Any:
+    """One array of the concatenated lists."""
+    return np.fromiter(itertools.chain.from_iterable(lists), dtype)
 
 
 def _width(longest: int, limit: int | None, what: str) -> int:

@@ -1,0 +1,222 @@
+"""One optimizer per agent: several step algorithms sharing the rollouts of one run.
+
+::
+
+    trainer = agl.Trainer(algorithm={"writer": GRPO(...), "checker": APO(...), "*": None})
+
+Each agent name or pattern maps to a :class:`~agl.StepAlgorithm`, or to None to leave the
+agent frozen. Every step runs one batch of rollouts; its calls are read once, each call goes to
+the algorithm of its agent, and each algorithm sees only its agents' calls and transitions and
+may update only the resources its :meth:`~agl.StepAlgorithm.setup` returned. A call's agent is
+matched against exact names first, then patterns in the order given (``"*"`` matches every
+agent, and calls no agent span encloses).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agl.algorithm import (
+    Algorithm,
+    AlgorithmContext,
+    StepAlgorithm,
+    StepBatch,
+    reward_metrics,
+)
+from agl.errors import InvalidInputError
+from agl.resources import Resource
+
+__all__ = ["PerAgent"]
+
+logger = logging.getLogger("agl.trainer")
+
+
+@dataclass
+class _Member:
+    algorithm: StepAlgorithm
+    keys: list[str]
+    owns: set[str] = field(default_factory=set)
+
+
+class PerAgent(Algorithm):
+    """Run several step algorithms in one run, each on its own agents.
+
+    Args:
+        algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm` (or None: frozen).
+            One algorithm may serve several keys.
+        n_epochs / batch_size / n_samples: The shared loop. By default taken from the
+            algorithms, which must then agree.
+    """
+
+    name = "per-agent"
+
+    def __init__(
+        self,
+        algorithms: Mapping[str, StepAlgorithm | None],
+        *,
+        n_epochs: int | None = None,
+        batch_size: int | None = None,
+        n_samples: int | None = None,
+    ) -> None:
+        if not isinstance(algorithms, Mapping) or not algorithms:
+            raise InvalidInputError(
+                "a per-agent run needs a mapping of agent names or patterns to algorithms",
+                field="algorithm",
+            )
+        self.rules: list[tuple[str, StepAlgorithm | None]] = []
+        members: dict[int, _Member] = {}
+        for key, algorithm in algorithms.items():
+            given: object = key
+            if not isinstance(given, str) or not given:
+                raise InvalidInputError(
+                    f"agent keys must be names or patterns, got {key!r}", field="algorithm"
+                )
+            value: object = algorithm
+            if value is not None and not isinstance(value, StepAlgorithm):
+                kind = type(value).__name__
+                raise InvalidInputError(
+                    f"the algorithm for agent {key!r} is a {kind}, which runs its own loop "
+                    "(run() only); to share a run's rollouts with other algorithms an algorithm "
+                    "must be an agl.StepAlgorithm (setup() and step())",
+                    field=f"algorithm[{key!r}]",
+                )
+            self.rules.append((key, algorithm))
+            if algorithm is not None:
+                members.setdefault(id(algorithm), _Member(algorithm, [])).keys.append(key)
+        self.members = list(members.values())
+        if not self.members:
+            raise InvalidInputError("every agent is frozen (None): nothing to train")
+        self.n_epochs = self._agree("n_epochs", n_epochs)
+        self.batch_size = self._agree("batch_size", batch_size)
+        self.n_samples = self._agree("n_samples", n_samples)
+        self.label = (
+            self.members[0].algorithm.name
+            if len(self.members) == 1
+            else "+".join(m.algorithm.name for m in self.members)
+        )
+        self._exact = {key: alg for key, alg in self.rules if not _is_pattern(key)}
+        self._patterns = [(key, alg) for key, alg in self.rules if _is_pattern(key)]
+        self._owner_cache: dict[str | None, StepAlgorithm | None] = {}
+
+    def _agree(self, setting: str, given: Any) -> Any:
+        if given is not None:
+            return given
+        values = {repr(getattr(m.algorithm, setting)) for m in self.members}
+        if len(values) > 1:
+            found = {m.algorithm.name: getattr(m.algorithm, setting) for m in self.members}
+            raise InvalidInputError(
+                f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "
+                f"agl.PerAgent({{...}}, {setting}=...)",
+                field=setting,
+            )
+        return getattr(self.members[0].algorithm, setting)
+
+    def owner(self, agent: str | None) -> StepAlgorithm | None:
+        """The algorithm that trains ``agent``'s calls (None: frozen or unmatched)."""
+        if agent in self._owner_cache:
+            return self._owner_cache[agent]
+        found: StepAlgorithm | None = None
+        if agent is not None and agent in self._exact:
+            found = self._exact[agent]
+        else:
+            for pattern, algorithm in self._patterns:
+                if pattern == "*" or (agent is not None and fnmatch.fnmatchcase(agent, pattern)):
+                    found = algorithm
+                    break
+        self._owner_cache[agent] = found
+        return found
+
+    async def run(self, ctx: AlgorithmContext) -> None:
+        await self._setup(ctx)
+        step = 0
+        if ctx.val_tasks:
+            await self._validate(ctx, step)
+        for epoch in range(self.n_epochs):
+            for tasks in ctx.batches(ctx.train_tasks, self.batch_size):
+                step += 1
+                await self._step(ctx, tasks, step, epoch)
+        if ctx.val_tasks and self.n_epochs > 0:
+            await self._validate(ctx, step)
+
+    async def _setup(self, ctx: AlgorithmContext) -> None:
+        owned: dict[str, str] = {}
+        published: dict[str, Resource] = {}
+        for member in self.members:
+            resources = dict(await member.algorithm.setup(ctx))
+            for name in resources:
+                if name in owned:
+                    raise InvalidInputError(
+                        f"resource {name!r} is claimed by both {owned[name]!r} and "
+                        f"{member.algorithm.name!r}: each resource has one owner",
+                        field="resources",
+                    )
+                owned[name] = member.algorithm.name
+            member.owns = set(resources)
+            published.update(resources)
+        if published:
+            await ctx.publish({**ctx.resources, **published})
+
+    async def _step(self, ctx: AlgorithmContext, tasks: list[Any], step: int, epoch: int) -> None:
+        from agl.lightning import extract_calls
+        from agl.plugins import notify
+
+        started = time.monotonic()
+        notify("agl_step_start", algorithm=self.label, step=step)
+        results = await ctx.run_rollouts(
+            tasks, n=self.n_samples, description=f"epoch {epoch + 1} step {step}"
+        )
+        extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
+        metrics = reward_metrics(results)
+        updates: dict[str, Resource] = {}
+        prefix_names = len(self.members) > 1
+        for member in self.members:
+            algorithm = member.algorithm
+
+            def mine(agent: str | None, algorithm: StepAlgorithm = algorithm) -> bool:
+                return self.owner(agent) is algorithm
+
+            calls = [
+                call
+                for result in results
+                for call in extracted[result.rollout.rollout_id].calls
+                if mine(call.agent)
+            ]
+            transitions = None
+            if algorithm.lightning is not None:
+                transitions = algorithm.lightning.build(
+                    results, step=step, calls=extracted, select=mine
+                )
+            batch = StepBatch(step, epoch, results, calls, transitions)
+            new = dict(await algorithm.step(ctx, batch) or {})
+            stray = sorted(set(new) - member.owns)
+            if stray:
+                raise InvalidInputError(
+                    f"algorithm {algorithm.name!r} returned resources {stray} it does not own "
+                    f"(it owns {sorted(member.owns)}; an algorithm owns what its setup() "
+                    "returned)",
+                    field="resources",
+                )
+            updates.update(new)
+            prefix = f"{algorithm.name}/" if prefix_names else ""
+            metrics[f"{prefix}calls"] = float(len(calls))
+            if transitions is not None:
+                metrics.update(transitions.report.as_metrics(f"{prefix}transitions/"))
+            metrics.update({f"{prefix}{k}": float(v) for k, v in batch.metrics.items()})
+        if updates:
+            await ctx.publish({**ctx.resources, **updates})
+        metrics["time/step_s"] = time.monotonic() - started
+        ctx.log(step, metrics)
+        notify("agl_step_end", algorithm=self.label, step=step, metrics=metrics)
+
+    async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
+        results = await ctx.run_rollouts(ctx.val_tasks, mode="val", description="validation")
+        ctx.log(step, reward_metrics(results, prefix="val/"))
+
+
+def _is_pattern(text: str) -> bool:
+    return any(char in text for char in "*?[")

@@ -1,0 +1,206 @@
+"""One optimizer per agent: two step algorithms share the rollouts of a two-agent system.
+
+The writer is trained by an RL-style algorithm (it owns the writer's LLM resource and reads
+transitions); the checker by a prompt optimiser (it owns the checker's prompt and reads
+text-level calls); a third agent is frozen. Everything runs for real: the Trainer, the gateway
+in front of the scripted OpenAI-compatible server, the OpenAI instrumentation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import agl
+from agl import LLM, InvalidInputError, PromptTemplate, Resource
+from agl.lightning import LightningRL
+from agl.testing.openai_server import OpenAIServer, echo
+
+SEEN: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+"""rollout id -> agent -> response ids of the calls the agent made (recorded by the agent)."""
+PROMPTS: dict[str, str] = {}
+"""rollout id -> the checker prompt it ran with."""
+LOCK = threading.Lock()
+
+
+async def _ask(llm: LLM, agent: str, rollout_id: str, text: str) -> str:
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0)
+    async with client:
+        reply = await client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": text}]
+        )
+    with LOCK:
+        SEEN[rollout_id][agent].append(reply.id)
+    return reply.choices[0].message.content or ""
+
+
+@agl.rollout
+async def pipeline(
+    task: str,
+    writer_llm: LLM,
+    checker_llm: LLM,
+    checker_prompt: PromptTemplate,
+    rollout: agl.Rollout,
+) -> float:
+    rid = rollout.rollout_id
+    PROMPTS[rid] = checker_prompt.template
+    with agl.agent_span("writer"):
+        draft = await _ask(writer_llm, "writer", rid, f"write about {task}")
+        draft = await _ask(writer_llm, "writer", rid, f"improve: {draft}")
+    with agl.agent_span("checker"):
+        await _ask(checker_llm, "checker", rid, checker_prompt.format(text=draft))
+    with agl.agent_span("narrator"):  # frozen: nobody trains it
+        await _ask(checker_llm, "narrator", rid, "narrate")
+    return 1.0 if rollout.metadata["sample"] == 0 else 0.0
+
+
+class WriterRL(agl.StepAlgorithm):
+    name = "writer-rl"
+    n_samples = 2
+    batch_size = 2
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.lightning = LightningRL()
+        self.batches: list[agl.StepBatch] = []
+        self.llm: LLM | None = None
+
+    async def setup(self, ctx: agl.AlgorithmContext) -> dict[str, Resource]:
+        self.llm = await ctx.serve_llm([self.upstream], "policy", {"temperature": 1.0})
+        return {"writer_llm": self.llm}
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Resource]:
+        assert self.llm is not None
+        self.batches.append(batch)
+        temperature = 1.0 / (batch.step + 1)
+        batch.metrics["temperature"] = temperature
+        self.llm = self.llm.model_copy(update={"sampling_parameters": {"temperature": temperature}})
+        return {"writer_llm": self.llm}
+
+
+class CheckerPrompts(agl.StepAlgorithm):
+    name = "checker-prompts"
+    n_samples = 2
+    batch_size = 2
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.batches: list[agl.StepBatch] = []
+
+    async def setup(self, ctx: agl.AlgorithmContext) -> dict[str, Resource]:
+        return {
+            "checker_llm": await ctx.serve_llm([self.upstream], "policy"),
+            "checker_prompt": PromptTemplate(template="check: {text}"),
+        }
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Resource]:
+        self.batches.append(batch)
+        batch.metrics["prompts_tried"] = float(batch.step)
+        return {"checker_prompt": PromptTemplate(template=f"check (v{batch.step}): {{text}}")}
+
+
+def test_each_algorithm_gets_its_agents_calls_and_updates_its_resources(tmp_path: Path) -> None:
+    with OpenAIServer(echo) as server:
+        writer, checker = WriterRL(server.url), CheckerPrompts(server.url)
+        trainer = agl.Trainer(
+            {"writer": writer, "check*": checker, "*": None},
+            run_dir=tmp_path / "run",
+            console=False,
+            plot=False,
+            instrument=["openai"],
+        )
+        result = trainer.fit(pipeline, ["a", "b", "c", "d"])
+
+    assert len(writer.batches) == len(checker.batches) == 2
+    for algorithm, agent in ((writer, "writer"), (checker, "checker")):
+        for batch in algorithm.batches:
+            rollouts = [r.rollout.rollout_id for r in batch.results]
+            expected = [rid for r in rollouts for rid in SEEN[r][agent]]
+            assert [call.response_id for call in batch.calls] == expected
+            assert {call.agent for call in batch.calls} == {agent}
+    # the writer's transitions: its 2 calls per rollout x 4 rollouts a step, token ids and all
+    for batch in writer.batches:
+        assert batch.transitions is not None
+        assert len(batch.transitions) == 8
+        assert {t.agent for t in batch.transitions} == {"writer"}
+        assert batch.transitions.report.notes["other_agents_calls"] == 8  # checker + narrator
+    assert all(batch.transitions is None for batch in checker.batches)
+
+    # each update changed only the updating algorithm's resources, and rollouts used them
+    async def versions() -> list[dict[str, Any]]:
+        async with agl.open_store(result.store_url) as store:
+            ids = []
+            for batch in writer.batches:
+                ids += [r.rollout.resources_id for r in batch.results]
+            found = []
+            for rid in dict.fromkeys(ids):
+                update = await store.get_resources(rid)
+                assert update is not None
+                found.append({k: v.model_dump() for k, v in update.resources.items()})
+            return found
+
+    import asyncio
+
+    first, second = asyncio.run(versions())
+    assert first["writer_llm"]["sampling_parameters"] == {"temperature": 1.0}
+    assert second["writer_llm"]["sampling_parameters"] == {"temperature": 0.5}
+    assert first["checker_prompt"]["template"] == "check: {text}"
+    assert second["checker_prompt"]["template"] == "check (v1): {text}"
+    assert first["checker_llm"] == second["checker_llm"]
+    step_two = [r.rollout.rollout_id for r in checker.batches[1].results]
+    assert {PROMPTS[rid] for rid in step_two} == {"check (v1): {text}"}
+    # metrics of both algorithms, prefixed by name
+    assert result.last("writer-rl/temperature") == pytest.approx(1 / 3)
+    assert result.last("checker-prompts/prompts_tried") == 2.0
+    assert result.last("checker-prompts/calls") == 4.0
+    assert result.last("writer-rl/transitions/kept") == 8.0
+
+
+class _Greedy(CheckerPrompts):
+    name = "greedy"
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Resource]:
+        return {"writer_llm": LLM(endpoint="http://elsewhere/v1", model="m")}
+
+
+def test_an_algorithm_cannot_update_what_it_does_not_own(tmp_path: Path) -> None:
+    with OpenAIServer(echo) as server:
+        trainer = agl.Trainer(
+            {"writer": WriterRL(server.url), "checker": _Greedy(server.url)},
+            run_dir=tmp_path / "run",
+            console=False,
+            plot=False,
+        )
+        with pytest.raises(
+            InvalidInputError, match="'greedy' returned resources \\['writer_llm'\\]"
+        ):
+            trainer.fit(pipeline, ["a", "b"])
+
+
+def test_per_agent_settings_are_checked_up_front() -> None:
+    rl, prompts = WriterRL("http://x/v1"), CheckerPrompts("http://x/v1")
+    prompts.n_samples = 4
+    with pytest.raises(InvalidInputError, match="disagree on n_samples"):
+        agl.Trainer({"writer": rl, "checker": prompts})
+    agl.PerAgent({"writer": rl, "checker": prompts}, n_samples=4)  # explicit: fine
+    with pytest.raises(InvalidInputError, match="runs its own loop"):
+        agl.Trainer({"writer": agl.Baseline()})  # type: ignore[dict-item]
+    with pytest.raises(InvalidInputError, match="nothing to train"):
+        agl.Trainer({"*": None})
+    per_agent = agl.PerAgent({"writer": rl, "w*": prompts, "*": None}, n_samples=2)
+    assert per_agent.owner("writer") is rl
+    assert per_agent.owner("wizard") is prompts
+    assert per_agent.owner("narrator") is None
+    assert per_agent.owner(None) is None
+
+
+def test_algorithms_by_name(tmp_path: Path) -> None:
+    trainer = agl.Trainer("baseline", run_dir=tmp_path / "run", console=False, plot=False)
+    assert isinstance(trainer.algorithm, agl.Baseline)
+    with pytest.raises(InvalidInputError, match="agl plugins"):
+        agl.Trainer("no-such-algorithm")
