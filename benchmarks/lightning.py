@@ -153,7 +153,9 @@ def rollout_spans(
     return summarize(rollout, [attempt], spans)
 
 
-def timed(label: str, fn: Callable[[], Any], calls: int, repeat: int) -> tuple[float, Any]:
+def timed(
+    label: str, fn: Callable[[], Any], calls: int, repeat: int, unit: str = "calls/s"
+) -> tuple[float, Any]:
     seconds = []
     result = None
     for _ in range(repeat):
@@ -162,7 +164,7 @@ def timed(label: str, fn: Callable[[], Any], calls: int, repeat: int) -> tuple[f
         result = fn()
         seconds.append(time.perf_counter() - started)
     median = statistics.median(seconds)
-    print(f"  {label:<46} {median * 1e3:9.1f} ms  {calls / median:>11,.0f} calls/s")
+    print(f"  {label:<46} {median * 1e3:9.1f} ms  {calls / median:>11,.0f} {unit}")
     return calls / median, result
 
 
@@ -208,6 +210,7 @@ def main() -> None:
         batch.to_arrays,
         len(batch),
         args.repeat,
+        unit="samples/s",
     )
     verdict = "met" if figures["build"] >= TARGET else "NOT met"
     print(f"target >= {TARGET:,} calls/s (build): {verdict}")
