@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pydantic
 import pytest
 
 import agl
 from agl import InvalidInputError, RolloutConfig
 from agl.lightning import LightningRL
 from agl.testing._openai_wire import EOS_ID, encode, render_chat
-from agl.testing.openai_server import OpenAIServer, echo
+from agl.testing.openai_server import OpenAIServer, echo, tool_reply
 
 UPSTREAM: dict[str, str] = {}
 """The scripted server's URL, for the judge's direct (ungated) calls."""
@@ -181,3 +182,118 @@ def test_bad_settings_name_what_is_wrong() -> None:
         LightningRL(max_prompt_length=0)
     with pytest.raises(InvalidInputError, match="agents"):
         LightningRL(agents=[""])
+
+
+def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final: float) -> Any:
+    """A succeeded rollout whose agent made ``calls`` (prompt ids, response ids, logprobs)."""
+    from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
+    from agl.results import summarize
+
+    spans = []
+    for i, (prompt, response, logprobs) in enumerate(calls):
+        attributes: dict[str, Any] = {
+            semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_GATEWAY,
+            semconv.AGL_PROMPT_TOKEN_IDS: prompt,
+            semconv.AGL_RESPONSE_TOKEN_IDS: response,
+        }
+        if logprobs is not None:
+            attributes[semconv.AGL_RESPONSE_LOGPROBS] = logprobs
+        spans.append(
+            Span.create(
+                rollout_id="r",
+                attempt_id="a",
+                name="agl.gateway.chat",
+                attributes=attributes,
+                start_time_unix_nano=10 * i + 1,
+                end_time_unix_nano=10 * i + 5,
+            )
+        )
+    reward = {semconv.AGL_SPAN_TYPE: "reward", semconv.AGL_REWARD: final}
+    spans.append(Span.create(rollout_id="r", attempt_id="a", name="agl.reward", attributes=reward))
+    rollout = Rollout(
+        rollout_id="r",
+        input=None,
+        status=RolloutStatus.SUCCEEDED,
+        enqueue_time=0,
+        latest_attempt_id="a",
+    )
+    attempt = Attempt(
+        rollout_id="r", attempt_id="a", sequence=1, status=AttemptStatus.SUCCEEDED, start_time=0
+    )
+    return summarize(rollout, [attempt], spans)
+
+
+def test_trajectory_breaks_and_odd_calls_are_counted() -> None:
+    result = _result(
+        [
+            ([1, 2], [3, 4], [-1.0, -1.0]),
+            ([1, 2, 3, 4, 9], [5], [-2.0]),  # extends: merged, observation [9] masked
+            ([1, 2, 7], [6, 6], None),  # the history was rewritten: a new sample
+            ([1, 2, 7, 6, 6], [], []),  # an empty response: dropped
+            ([8], [1, 2, 3], [-0.5]),  # logprobs of the wrong length: kept without them
+        ],
+        final=1.0,
+    )
+    builder = LightningRL(trajectory=True, advantage="reinforce")
+    batch = builder.build([result])
+
+    merged, rewritten, odd = batch
+    assert (merged.response_ids, merged.mask(), merged.n_calls) == ([3, 4, 9, 5], [1, 1, 0, 1], 2)
+    assert merged.response_logprobs == [-1.0, -1.0, 0.0, -2.0]
+    assert rewritten.response_ids == [6, 6]
+    assert rewritten.response_logprobs is None
+    assert odd.response_logprobs is None
+    assert [t.weight for t in batch] == [pytest.approx(1 / 3)] * 3
+    report = batch.report
+    assert report.notes["trajectory_breaks"] == 2  # the rewrite, and the call after the drop
+    assert report.notes["logprobs_mismatch"] == 1
+    assert report.dropped_calls == {"empty_response": 1}
+    capped = LightningRL(trajectory=True, advantage="reinforce", max_response_length=3)
+    split = capped.build([result])
+    assert split.report.notes["trajectory_length_splits"] == 1
+    assert [t.response_ids for t in split] == [[3, 4], [5], [6, 6], [1, 2, 3]]
+
+
+class _Answer(pydantic.BaseModel):
+    value: int
+
+
+def _shapes(request: dict[str, Any]) -> Any:
+    if request.get("tools"):
+        return tool_reply("add", {"a": 1, "b": 2})
+    if request.get("response_format"):
+        return '{"value": 3}'
+    return "plain"
+
+
+@agl.rollout
+async def shaped_calls(task: str, llm: agl.LLM) -> float:
+    client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0)
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    async with client:
+        with agl.agent_span("tooler"):
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "add"}], tools=[tool]
+            )
+        with agl.agent_span("parser"):
+            parsed = await client.chat.completions.parse(
+                model="m", messages=[{"role": "user", "content": "3"}], response_format=_Answer
+            )
+    return 1.0 if parsed.choices[0].message.parsed == _Answer(value=3) else 0.0
+
+
+# opentelemetry-instrumentation-openai serializes a parsed completion through a model whose
+# `parsed` field is typed None, and pydantic warns about it.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+def test_tool_calling_and_structured_output_calls_count(tmp_path: Path) -> None:
+    with OpenAIServer(_shapes) as server:
+        algorithm = _Collect(server.url)
+        trainer = agl.Trainer(
+            algorithm, run_dir=tmp_path / "run", console=False, plot=False, instrument=["openai"]
+        )
+        trainer.fit(shaped_calls, ["x", "y"])
+    batch = LightningRL(advantage="reinforce").build(algorithm.results)
+    assert [r.reward for r in algorithm.results] == [1.0] * 4
+    assert [t.agent for t in batch] == ["tooler", "parser"] * 4
+    assert batch.report.notes["joined_by_order"] == 0
+    assert batch.report.notes["gateway_only"] == 0
