@@ -178,3 +178,44 @@ async def test_operation_outside_a_rollout_just_runs() -> None:
     assert double(4) == 8
     with agl.operation("block") as op:
         op.set_output(1)
+
+
+async def test_agent_span_marks_blocks_and_functions(traced: Any) -> None:
+    @agl.agent_span("checker")
+    def check(text: str) -> bool:
+        agl.emit_message(f"checking {text}")
+        return True
+
+    @agl.agent_span("writer")
+    async def write() -> str:
+        agl.emit_object({"draft": 1})
+        return "draft"
+
+    async def body() -> None:
+        with agl.agent_span("planner"):
+            assert await write() == "draft"
+        assert check("x") is True
+        with pytest.raises(ValueError, match="inner"), agl.agent_span("failing"):
+            raise ValueError("inner")
+
+    spans = await recorded(traced, body)
+    planner, writer, checker = spans["agent planner"], spans["agent writer"], spans["agent checker"]
+    assert planner.attributes[semconv.AGL_SPAN_TYPE] == "agent"
+    assert planner.attributes[semconv.AGL_AGENT_NAME] == "planner"
+    assert writer.parent_id == planner.span_id
+    assert spans["agl.object"].parent_id == writer.span_id
+    assert spans["agl.message"].parent_id == checker.span_id
+    assert checker.parent_id == spans["agl.rollout"].span_id
+    assert spans["agent failing"].status.code == agl.StatusCode.ERROR
+
+
+async def test_agent_span_outside_a_rollout_just_runs() -> None:
+    @agl.agent_span("solo")
+    def solo() -> int:
+        return 7
+
+    assert solo() == 7
+    with agl.agent_span("block"):
+        pass
+    with pytest.raises(agl.InvalidInputError, match="agent name"):
+        agl.agent_span("")

@@ -182,6 +182,13 @@ def test_an_algorithm_cannot_update_what_it_does_not_own(tmp_path: Path) -> None
             trainer.fit(pipeline, ["a", "b"])
 
 
+class _OwnLoop(agl.Algorithm):
+    name = "own-loop"
+
+    async def run(self, ctx: agl.AlgorithmContext) -> None:
+        await ctx.run_rollouts(ctx.train_tasks)
+
+
 def test_per_agent_settings_are_checked_up_front() -> None:
     rl, prompts = WriterRL("http://x/v1"), CheckerPrompts("http://x/v1")
     prompts.n_samples = 4
@@ -189,7 +196,7 @@ def test_per_agent_settings_are_checked_up_front() -> None:
         agl.Trainer({"writer": rl, "checker": prompts})
     agl.PerAgent({"writer": rl, "checker": prompts}, n_samples=4)  # explicit: fine
     with pytest.raises(InvalidInputError, match="runs its own loop"):
-        agl.Trainer({"writer": agl.Baseline()})  # type: ignore[dict-item]
+        agl.Trainer({"writer": _OwnLoop()})  # type: ignore[dict-item]
     with pytest.raises(InvalidInputError, match="nothing to train"):
         agl.Trainer({"*": None})
     per_agent = agl.PerAgent({"writer": rl, "w*": prompts, "*": None}, n_samples=2)
@@ -204,3 +211,41 @@ def test_algorithms_by_name(tmp_path: Path) -> None:
     assert isinstance(trainer.algorithm, agl.Baseline)
     with pytest.raises(InvalidInputError, match="agl plugins"):
         agl.Trainer("no-such-algorithm")
+
+
+class _StepWatcher:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int, float | None]] = []
+
+    @agl.hookimpl
+    def agl_step_start(self, algorithm: str, step: int) -> None:
+        self.events.append(("start", algorithm, step, None))
+
+    @agl.hookimpl
+    def agl_step_end(self, algorithm: str, step: int, metrics: dict[str, float]) -> None:
+        self.events.append(("end", algorithm, step, metrics["reward/mean"]))
+
+
+def test_step_hooks_fire_around_every_step(tmp_path: Path) -> None:
+    from agl.plugins import register_plugin, reset_plugins
+
+    @agl.rollout
+    def constant(task: int) -> float:
+        return 0.5
+
+    watcher = _StepWatcher()
+    reset_plugins()
+    try:
+        register_plugin(watcher, name="step-watcher")
+        trainer = agl.Trainer(
+            agl.Baseline(batch_size=2), run_dir=tmp_path / "run", console=False, plot=False
+        )
+        trainer.fit(constant, [1, 2, 3])
+    finally:
+        reset_plugins()
+    assert watcher.events == [
+        ("start", "baseline", 1, None),
+        ("end", "baseline", 1, 0.5),
+        ("start", "baseline", 2, None),
+        ("end", "baseline", 2, 0.5),
+    ]

@@ -16,7 +16,8 @@ EXPECTED = {
     "Worker", "open_store", "register_resource_type", "resource_types", "NoRolloutError",
     "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
-    "RolloutResult", "Runner", "Trainer", "rollout",
+    "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "LightningRL",
+    "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch",
 }  # fmt: skip
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+import agl
 from agl import InvalidInputError
-from agl.lightning import DiscountedReturn, FinalReward, LLMCall, StepRewards
+from agl.lightning import DiscountedReturn, FinalReward, LightningRL, LLMCall, StepRewards
 from agl.lightning.credit import credit_assigner
 
 
@@ -46,3 +47,31 @@ def test_strategies_by_name_and_bad_ones() -> None:
         credit_assigner(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="gamma"):
         DiscountedReturn(1.5)
+
+
+class _LastCallOnly:
+    """A plugin's strategy: the whole final reward to the last call, nothing before."""
+
+    def assign(self, calls: list[LLMCall], final_reward: float) -> list[float]:
+        return [0.0] * (len(calls) - 1) + [final_reward] if calls else []
+
+
+class _Plugin:
+    @agl.hookimpl
+    def agl_credit_assigners(self) -> dict[str, type[_LastCallOnly]]:
+        return {"last-call-only": _LastCallOnly}
+
+
+def test_a_plugin_strategy_by_name() -> None:
+    from agl.plugins import register_plugin, reset_plugins
+
+    reset_plugins()
+    try:
+        register_plugin(_Plugin(), name="test-credit")
+        strategy = credit_assigner("last-call-only")
+        assert isinstance(strategy, _LastCallOnly)
+        assert LightningRL(credit="last-call-only").credit.assign(EXAMPLE, 2.0) == [0, 0, 2.0]
+    finally:
+        reset_plugins()
+    with pytest.raises(InvalidInputError, match="last-call-only"):
+        credit_assigner("last-call-only")

@@ -40,7 +40,10 @@ def runner_command(
     ] = None,
     instrument: Annotated[
         list[str] | None,
-        typer.Option(help="Trace a library's calls: openai (repeatable)."),
+        typer.Option(
+            help="Trace a library's calls: openai, or an instrumentor a plugin provides "
+            "(see `agl plugins`; repeatable)."
+        ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Python log level.")] = "warning",
 ) -> None:

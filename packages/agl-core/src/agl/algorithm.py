@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import abc
 import statistics
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,7 +280,7 @@ def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[s
     return {f"{prefix}{key}": value for key, value in metrics.items()}
 
 
-class Baseline(Algorithm):
+class Baseline(StepAlgorithm):
     """Runs the agent over the data without training anything, and reports.
 
     Each batch of training tasks is one step (its metrics: :func:`reward_metrics`); the
@@ -303,23 +302,5 @@ class Baseline(Algorithm):
         self.batch_size = batch_size
         self.n_samples = n_samples
 
-    async def run(self, ctx: AlgorithmContext) -> None:
-        step = 0
-        if ctx.val_tasks:
-            await self._validate(ctx, step)
-        for epoch in range(self.n_epochs):
-            for batch in ctx.batches(ctx.train_tasks, self.batch_size):
-                started = time.monotonic()
-                results = await ctx.run_rollouts(
-                    batch, n=self.n_samples, description=f"epoch {epoch + 1} step {step + 1}"
-                )
-                metrics = reward_metrics(results)
-                metrics["time/step_s"] = time.monotonic() - started
-                step += 1
-                ctx.log(step, metrics)
-        if ctx.val_tasks and self.n_epochs > 0:
-            await self._validate(ctx, step)
-
-    async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
-        results = await ctx.run_rollouts(ctx.val_tasks, mode="val", description="validation")
-        ctx.log(step, reward_metrics(results, prefix="val/"))
+    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+        return {}

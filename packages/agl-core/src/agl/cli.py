@@ -260,36 +260,62 @@ def rollouts_show(
 
 @app.command("plugins")
 def plugins(as_json: JsonOption = False) -> None:
-    """List the installed plugins (entry points in group agl.plugins) and whether they import."""
+    """List the plugins: what each provides, or why it is not in use.
+
+    Plugins are entry points in group agl.plugins; the built-in plugin 'agl' comes first.
+    Exits with 1 when a plugin is invalid (agl refuses to run until it is fixed or disabled).
+    """
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    from agl.plugins import ENTRY_POINT_GROUP, installed_plugins
+    from agl.plugins import DISABLE_ENV, ENTRY_POINT_GROUP, installed_plugins
 
     found = installed_plugins()
+    invalid = [plugin.name for plugin in found if plugin.status == "invalid"]
     if as_json:
-        _print_json({"plugins": [dataclasses.asdict(plugin) for plugin in found]})
-        return
-    if not found:
-        typer.echo(f"No plugins installed (no entry points in group {ENTRY_POINT_GROUP!r}).")
-        return
-    table = Table(caption=f"{len(found)} plugin(s) in group {ENTRY_POINT_GROUP!r}")
-    for column in ("name", "module", "distribution", "version", "status"):
-        table.add_column(column)
-    for plugin in found:
-        table.add_row(
-            Text(plugin.name),
-            Text(plugin.module),
-            Text(plugin.distribution or "-"),
-            Text(plugin.version or "-"),
-            Text("ok", style="green")
-            if plugin.error is None
-            else Text(f"error: {plugin.error}", style="red"),
+        data = {"group": ENTRY_POINT_GROUP, "plugins": [dataclasses.asdict(p) for p in found]}
+        _print_json(data)
+    else:
+        table = Table(caption=f"{len(found)} plugin(s); entry point group {ENTRY_POINT_GROUP!r}")
+        for column in ("name", "module", "distribution", "provides", "status"):
+            table.add_column(column, overflow="fold")
+        for plugin in found:
+            provides = Text()
+            for label, names in (
+                ("algorithms", plugin.algorithms),
+                ("instrumentors", plugin.instrumentors),
+                ("stores", plugin.stores),
+                ("credit assigners", plugin.credit_assigners),
+                ("resource types", plugin.resource_types),
+                ("hooks", plugin.hooks),
+            ):
+                if names:
+                    provides.append(f"{label}: {', '.join(names)}\n")
+            status = Text(
+                plugin.status if plugin.error is None else f"{plugin.status}: {plugin.error}",
+                style={"ok": "green", "disabled": "yellow"}.get(plugin.status, "red"),
+            )
+            for note in plugin.ignored:
+                status.append(f"\nignored: {note}", style="yellow")
+            provides.rstrip()
+            distribution = " ".join(filter(None, (plugin.distribution, plugin.version)))
+            table.add_row(
+                Text(plugin.name),
+                Text(plugin.module),
+                Text(distribution or "-"),
+                provides if provides.plain else Text("-"),
+                status,
+            )
+        Console().print(table)
+    if invalid:
+        console.print(
+            f"[red]error:[/] agl refuses to run with invalid plugins; fix them or set "
+            f"{DISABLE_ENV}={','.join(invalid)}"
         )
-    Console().print(table)
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -104,8 +104,12 @@ class Runner:
         max_rollouts: Stop after claiming this many (for tests and one-off jobs).
         tracer: A :class:`~agl.Tracer` to use (default: one of the runner's own).
         handle_signals: Stop on SIGINT/SIGTERM (only when running in the main thread).
-        instrument: Libraries to trace while running: ``"openai"`` records every call the
-            ``openai`` client makes as an LLM span of the rollout it was made in.
+        instrument: Libraries to trace while running, by instrumentor name: ``"openai"``
+            records every call the ``openai`` client makes as an LLM span of the rollout it was
+            made in; plugins add more (``agl plugins`` lists them).
+
+    Plugins implementing ``agl_rollout_start`` / ``agl_rollout_end`` (see :mod:`agl.hookspecs`)
+    are called before and after each attempt.
     """
 
     def __init__(
@@ -137,13 +141,18 @@ class Runner:
         self.drain_timeout = drain_timeout
         self.max_rollouts = max_rollouts
         self.handle_signals = handle_signals
-        unknown = sorted(set(instrument) - set(_INSTRUMENTATIONS))
+        from agl import plugins
+
+        known = plugins.instrumentor_factories()
+        unknown = sorted(set(instrument) - set(known))
         if unknown:
             raise InvalidInputError(
-                f"cannot instrument {unknown}; known: {sorted(_INSTRUMENTATIONS)}",
+                f"cannot instrument {unknown}; known: {sorted(known)} "
+                "(plugins add more: `agl plugins` lists them)",
                 field="instrument",
             )
         self.instrument = list(instrument)
+        self._observed = plugins.implemented("agl_rollout_start", "agl_rollout_end")
         self.stats = RunnerStats()
         self._tracer = tracer
         self._owns_tracer = tracer is None
@@ -191,7 +200,9 @@ class Runner:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="agl-agent"
         )
-        instrumentations = [_INSTRUMENTATIONS[name](self._tracer) for name in self.instrument]
+        from agl.plugins import create_instrumentor
+
+        instrumentations = [create_instrumentor(name, self._tracer) for name in self.instrument]
         for instrumentation in instrumentations:
             instrumentation.instrument()
         signals = self._install_signals()
@@ -300,6 +311,20 @@ class Runner:
     # --- one attempt ------------------------------------------------------------------------
 
     async def _run_attempt(self, claim: Claim) -> None:
+        if not self._observed:
+            await self._attempt(claim)
+            return
+        from agl.plugins import notify
+
+        notify("agl_rollout_start", rollout=claim.rollout, attempt=claim.attempt)
+        status: AttemptStatus | None = None
+        try:
+            status = await self._attempt(claim)
+        finally:
+            notify("agl_rollout_end", rollout=claim.rollout, attempt=claim.attempt, status=status)
+
+    async def _attempt(self, claim: Claim) -> AttemptStatus | None:
+        """Run one attempt; return the status reported, None if the store had ended it."""
         assert self.store is not None
         assert self._tracer is not None
         rollout, attempt = claim.rollout, claim.attempt
@@ -340,20 +365,27 @@ class Runner:
         except asyncio.CancelledError:
             if task in self._stale:
                 self.stats.abandoned += 1
-                return
+                return None
             if task not in self._released:
                 raise
             status, reason = AttemptStatus.RELEASED, "the runner stopped before the attempt ended"
             task.uncancel()
         except _Stale:
             self.stats.abandoned += 1
-            return
+            return None
+        return await self._conclude(*ids, status=status, reason=reason)
+
+    async def _conclude(
+        self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None
+    ) -> AttemptStatus | None:
+        """Report an attempt's outcome and count it; None if the store had already ended it."""
         try:
-            await self._report(*ids, status=status, reason=reason)
+            await self._report(rollout_id, attempt_id, status=status, reason=reason)
         except _Stale:
             self.stats.abandoned += 1
-            return
+            return None
         self._count(status, reason)
+        return status
 
     async def _call_agent(self, inputs: AttemptInputs) -> Any:
         call = self.agent.bind(inputs)
@@ -503,15 +535,6 @@ class Runner:
                 self.drain_timeout,
             )
         self.stop(drain=True)
-
-
-def _openai(tracer: Any) -> Any:
-    from agl.tracing.openai import OpenAIInstrumentation
-
-    return OpenAIInstrumentation(tracer)
-
-
-_INSTRUMENTATIONS: dict[str, Callable[[Any], Any]] = {"openai": _openai}
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,4 +1,8 @@
-"""Conformance suites for store backends and plugins (pytest required).
+"""Conformance suites and test servers for agl's backends and plugins (pytest required).
 
-See :mod:`agl.testing.store`.
+- :mod:`agl.testing.store`: what every store backend must do;
+- :mod:`agl.testing.algorithm`: what every algorithm must do, run through a real Trainer;
+- :mod:`agl.testing.instrumentor`: what every instrumentor must record, against a real server;
+- :mod:`agl.testing.openai_server`: a scripted OpenAI-compatible server speaking vLLM's wire
+  protocol (token ids, logprobs, streaming).
 """

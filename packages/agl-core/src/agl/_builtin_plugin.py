@@ -1,0 +1,62 @@
+"""Core's own plugin, ``agl``: what agl-core provides under names, as any plugin would.
+
+It is registered before every installed plugin, so these names are never shadowed: a plugin
+that provides one of them too is ignored for that name, with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from agl.plugins import hookimpl
+
+if TYPE_CHECKING:
+    from agl.algorithm import Algorithm
+    from agl.lightning.credit import CreditAssigner
+    from agl.resources import Resource
+    from agl.store.base import Store
+    from agl.tracing import Tracer
+    from agl.tracing.instrumentor import Instrumentor
+
+
+@hookimpl
+def agl_algorithms() -> Mapping[str, type[Algorithm]]:
+    from agl.algorithm import Baseline
+
+    return {"baseline": Baseline}
+
+
+@hookimpl
+def agl_instrumentors() -> Mapping[str, Callable[[Tracer], Instrumentor]]:
+    return {"openai": _openai}
+
+
+def _openai(tracer: Tracer) -> Instrumentor:
+    # Imported on use: the instrumentation pulls in opentelemetry-instrumentation-openai.
+    from agl.tracing.openai import OpenAIInstrumentation
+
+    return OpenAIInstrumentation(tracer)
+
+
+@hookimpl
+def agl_stores() -> Mapping[str, Callable[..., Store]]:
+    # open_store handles these schemes itself; listing them here puts them in `agl plugins`
+    # and keeps a plugin from claiming them.
+    from agl.store.open import SCHEMES, open_store
+
+    return dict.fromkeys(SCHEMES, open_store)
+
+
+@hookimpl
+def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
+    from agl.lightning.credit import DiscountedReturn, FinalReward, StepRewards
+
+    return {cls.name: cls for cls in (FinalReward, StepRewards, DiscountedReturn)}
+
+
+@hookimpl
+def agl_resource_types() -> Sequence[type[Resource]]:
+    from agl.resources import LLM, PromptTemplate
+
+    return [LLM, PromptTemplate]

@@ -1,0 +1,99 @@
+"""What an instrumentor is: the object that makes a framework's activity show up as spans.
+
+A runner builds one instrumentor per name it was asked to instrument, from the factory a plugin
+registered (``agl_instrumentors``, see :mod:`agl.hookspecs`), passing its
+:class:`~agl.tracing.Tracer`; it calls :meth:`Instrumentor.instrument` before the first rollout
+and :meth:`Instrumentor.uninstrument` after the last. The contract, which
+:mod:`agl.testing.instrumentor` checks:
+
+- spans go to ``tracer.provider`` (never OpenTelemetry's global provider), started in the
+  current context, so the tracer stamps each with the rollout it belongs to;
+- ``instrument()`` twice is the same as once, ``uninstrument()`` without ``instrument()`` does
+  nothing, and the pair can be repeated;
+- after ``uninstrument()`` every patch and callback is gone and the framework records nothing.
+
+:class:`PatchingInstrumentor` gives that contract for free to an instrumentor whose work is a
+list of patches, each undone by a callback.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
+
+if TYPE_CHECKING:
+    from agl.tracing.tracer import Tracer
+
+__all__ = ["Instrumentor", "InstrumentorFactory", "PatchingInstrumentor"]
+
+
+@runtime_checkable
+class Instrumentor(Protocol):
+    """Turns one framework's activity into spans of the current rollout, reversibly."""
+
+    @property
+    def instrumented(self) -> bool:
+        """Whether the framework is instrumented now."""
+        ...
+
+    def instrument(self) -> None:
+        """Start recording; doing it again while instrumented does nothing."""
+        ...
+
+    def uninstrument(self) -> None:
+        """Undo everything :meth:`instrument` did; doing it when not instrumented does nothing."""
+        ...
+
+
+InstrumentorFactory: TypeAlias = Callable[["Tracer"], Instrumentor]
+"""Builds an instrumentor for a runner's tracer (what ``agl_instrumentors`` maps names to)."""
+
+
+class PatchingInstrumentor(abc.ABC):
+    """An instrumentor that is idempotent and reversible by construction.
+
+    Subclasses implement :meth:`apply`: install each patch, callback or trace processor, and
+    push what undoes it onto the given :class:`~contextlib.ExitStack`. ``uninstrument()``
+    unwinds the stack (last patch first), even when :meth:`apply` failed half-way::
+
+        class ShoutInstrumentor(PatchingInstrumentor):
+            def apply(self, undo: contextlib.ExitStack) -> None:
+                import shout  # the framework, imported only when instrumenting
+
+                handler = SpanHandler(self.tracer.provider.get_tracer("agl_shout"))
+                shout.callbacks.add(handler)
+                undo.callback(shout.callbacks.remove, handler)
+
+    Args:
+        tracer: The runner's tracer; record spans through ``tracer.provider``.
+    """
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self._undo: contextlib.ExitStack | None = None
+
+    @property
+    def instrumented(self) -> bool:
+        return self._undo is not None
+
+    def instrument(self) -> None:
+        if self._undo is not None:
+            return
+        undo = contextlib.ExitStack()
+        try:
+            self.apply(undo)
+        except BaseException:
+            undo.close()
+            raise
+        self._undo = undo
+
+    def uninstrument(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo.close()
+
+    @abc.abstractmethod
+    def apply(self, undo: contextlib.ExitStack) -> None:
+        """Install the instrumentation; push the undoing of each step onto ``undo``."""
