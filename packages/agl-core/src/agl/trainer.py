@@ -402,6 +402,9 @@ class _Runners:
                 concurrency=self.concurrency,
                 handle_signals=False,
                 instrument=self.instrument,
+                # An in-process store answers a poll for nothing at no cost; short polls let
+                # the run end as soon as the algorithm does (a stop waits out the poll).
+                poll_wait=0.2,
             )
             self._task = asyncio.create_task(self._runner.run(), name="agl-runner")
             return
