@@ -344,16 +344,27 @@ def _extend(
     grown = len(sample.response_ids) + len(observation) + len(response)
     if max_response is not None and grown > max_response:
         return "trajectory_length_splits"
-    mask = sample.mask()
-    advantages = sample.per_token_advantages()
-    blank = [0] * len(observation)
-    sample.response_mask = [*mask, *blank, *([1] * len(response))]
-    sample.token_advantages = [*advantages, *([0.0] * len(observation)), *([adv] * len(response))]
+    if sample.n_calls == 1:
+        # First merge: own the lists (they are the span's until now), then grow them in place.
+        sample.response_mask = sample.mask().copy()
+        sample.token_advantages = sample.per_token_advantages().copy()
+        sample.response_ids = list(sample.response_ids)
+        if sample.response_logprobs is not None:
+            sample.response_logprobs = list(sample.response_logprobs)
+    assert sample.response_mask is not None
+    assert sample.token_advantages is not None
+    gap = len(observation)
+    sample.response_mask += [0] * gap
+    sample.response_mask += [1] * len(response)
+    sample.token_advantages += [0.0] * gap
+    sample.token_advantages += [adv] * len(response)
     if sample.response_logprobs is not None and logprobs is not None:
-        sample.response_logprobs = [*sample.response_logprobs, *([0.0] * len(blank)), *logprobs]
+        sample.response_logprobs += [0.0] * gap
+        sample.response_logprobs += logprobs
     else:
         sample.response_logprobs = None
-    sample.response_ids = [*sample.response_ids, *observation, *response]
+    sample.response_ids += observation
+    sample.response_ids += response
     sample.reward = ret
     sample.advantage = adv
     sample.n_calls += 1
