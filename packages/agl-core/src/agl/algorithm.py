@@ -1,4 +1,4 @@
-"""The algorithm interface, the context a trainer gives an algorithm, and :class:`Baseline`.
+"""The algorithm interfaces, the context a trainer gives an algorithm, and :class:`Baseline`.
 
 An algorithm drives the loop (see ARCHITECTURE.md): it enqueues rollouts, publishes resources,
 reads finished rollouts back, updates what it trains, and logs metrics. It does all of that
@@ -12,6 +12,12 @@ the runners and (on request) the gateway already running::
                 results = await ctx.run_rollouts(batch, resources_id=update.resources_id)
                 ...                                    # learn from results[i].spans
                 ctx.log(step, {"reward/mean": mean(r.reward or 0.0 for r in results)})
+
+Most algorithms learn one batch at a time and need not write the loop: a
+:class:`StepAlgorithm` implements ``setup`` (the resources it owns) and ``step`` (learn from
+one :class:`StepBatch`: its agents' calls and LightningRL transitions), and agl runs the
+batches, validation, publishing and metrics. Step algorithms can share one run, one per agent
+(:class:`agl.PerAgent`).
 """
 
 from __future__ import annotations
