@@ -41,7 +41,8 @@ def test_strategies_by_name_and_bad_ones() -> None:
     assert isinstance(credit_assigner("step"), StepRewards)
     mine = FinalReward()
     assert credit_assigner(mine) is mine
-    with pytest.raises(InvalidInputError, match="no credit assignment strategy named 'finale'"):
+    unknown = r"no credit assigner named 'finale'.*did you mean 'final'"
+    with pytest.raises(InvalidInputError, match=unknown):
         credit_assigner("finale")
     with pytest.raises(InvalidInputError, match="assign"):
         credit_assigner(42)  # type: ignore[arg-type]

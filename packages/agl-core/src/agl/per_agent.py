@@ -29,6 +29,7 @@ from agl.algorithm import (
     reward_metrics,
 )
 from agl.errors import InvalidInputError
+from agl.lightning.builder import is_pattern
 from agl.resources import Resource
 
 __all__ = ["PerAgent"]
@@ -99,8 +100,8 @@ class PerAgent(Algorithm):
             if len(self.members) == 1
             else "+".join(m.algorithm.name for m in self.members)
         )
-        self._exact = {key: alg for key, alg in self.rules if not _is_pattern(key)}
-        self._patterns = [(key, alg) for key, alg in self.rules if _is_pattern(key)]
+        self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
+        self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
         self._owner_cache: dict[str | None, StepAlgorithm | None] = {}
 
     def _agree(self, setting: str, given: Any) -> Any:
@@ -216,7 +217,3 @@ class PerAgent(Algorithm):
     async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
         results = await ctx.run_rollouts(ctx.val_tasks, mode="val", description="validation")
         ctx.log(step, reward_metrics(results, prefix="val/"))
-
-
-def _is_pattern(text: str) -> bool:
-    return any(char in text for char in "*?[")

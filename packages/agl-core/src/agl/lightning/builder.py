@@ -66,8 +66,8 @@ class AgentSelector:
             )
         self.rules = agents
         self.everything = "*" in agents
-        self._exact = {agent for agent in agents if not _is_pattern(agent)}
-        self._patterns = [agent for agent in agents if _is_pattern(agent)]
+        self._exact = {agent for agent in agents if not is_pattern(agent)}
+        self._patterns = [agent for agent in agents if is_pattern(agent)]
         self._cache: dict[str | None, bool] = {}
 
     def __call__(self, agent: str | None) -> bool:
@@ -88,7 +88,8 @@ class AgentSelector:
         return f"AgentSelector({self.rules!r})"
 
 
-def _is_pattern(text: str) -> bool:
+def is_pattern(text: str) -> bool:
+    """Whether an agent rule is a shell-style pattern rather than an exact name."""
     return any(char in text for char in "*?[")
 
 

@@ -25,7 +25,7 @@ name through the ``agl_credit_assigners`` plugin hook and named in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agl.errors import InvalidInputError
@@ -119,19 +119,12 @@ class DiscountedReturn:
         return f"DiscountedReturn(gamma={self.gamma})"
 
 
-_BUILT_IN: dict[str, Callable[[], CreditAssigner]] = {
-    "final": FinalReward,
-    "step": StepRewards,
-    "discounted": DiscountedReturn,
-}
-
-
 def credit_assigner(spec: str | CreditAssigner) -> CreditAssigner:
     """The strategy ``spec`` names (a built-in or plugin name), or ``spec`` itself.
 
     Raises:
-        InvalidInputError: no built-in strategy or installed plugin has that name, or the
-            object has no ``assign`` method.
+        InvalidInputError: no built-in strategy or installed plugin has that name (the
+            message lists those that exist), or the object has no ``assign`` method.
     """
     if not isinstance(spec, str):
         if not isinstance(spec, CreditAssigner):
@@ -141,20 +134,10 @@ def credit_assigner(spec: str | CreditAssigner) -> CreditAssigner:
                 field="credit",
             )
         return spec
-    factory = _BUILT_IN.get(spec)
-    if factory is None:
-        from agl.plugins import credit_assigner_factories
+    from agl.plugins import load_credit_assigner
 
-        plugins = credit_assigner_factories()
-        factory = plugins.get(spec)
-        if factory is None:
-            known = sorted({*_BUILT_IN, *plugins})
-            raise InvalidInputError(
-                f"no credit assignment strategy named {spec!r}; known: {known} "
-                "(plugins add more: see `agl plugins`)",
-                field="credit",
-                value=spec,
-            )
+    # The built-in strategies are registered by core's own plugin, under their names.
+    factory = load_credit_assigner(spec)
     assigner = factory()
     if not isinstance(assigner, CreditAssigner):
         raise InvalidInputError(
