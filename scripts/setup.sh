@@ -16,4 +16,27 @@ if [ -z "${UV_FIND_LINKS:-}" ]; then
     if [ -n "$links" ]; then export UV_FIND_LINKS="$links"; fi
 fi
 
-uv sync --locked --all-packages
+# torch: the lock holds PyPI's build, which on Linux brings ~3 GB of CUDA libraries. A machine
+# whose pip configuration offers a local CPU build of the same torch version (a find-links folder
+# with torch-<version>+cpu-*.whl) installs that one instead, and skips the CUDA packages.
+torch_version=$(python3 -c 'import tomllib; print(next(p["version"] for p in tomllib.load(open("uv.lock", "rb"))["package"] if p["name"] == "torch"))')
+cpu_wheel=""
+for folder in ${UV_FIND_LINKS:-}; do
+    for wheel in "$folder"/torch-"$torch_version"+cpu-*.whl; do
+        if [ -f "$wheel" ]; then cpu_wheel="$wheel"; fi
+    done
+done
+skip=()
+if [ -n "$cpu_wheel" ]; then
+    # torch and what only its CUDA build needs (nvidia-*, cuda-*, triton)
+    while read -r name; do skip+=(--no-install-package "$name"); done < <(python3 -c '
+import re, tomllib
+for p in tomllib.load(open("uv.lock", "rb"))["package"]:
+    if p["name"] == "torch" or re.match(r"(nvidia-|cuda-|triton$)", p["name"]):
+        print(p["name"])')
+fi
+
+uv sync --locked --all-packages "${skip[@]}"
+if [ -n "$cpu_wheel" ]; then
+    uv pip install --quiet --python .venv --no-deps "$cpu_wheel"
+fi
