@@ -188,6 +188,14 @@ class AlgorithmContext:
         self.totals["retried"] += sum(result.retried for result in results)
         return results
 
+    def rewind(self, step: int) -> None:
+        """Forget the metrics logged after ``step``: a run resuming from a checkpoint of that
+        step logs the later steps again, once (files and :attr:`history` alike)."""
+        kept = self._metrics.rewind(step)
+        self.history = [
+            {k: float(v) for k, v in row.items() if isinstance(v, int | float)} for row in kept
+        ]
+
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record one step's metrics (console, ``metrics.jsonl``, TensorBoard when installed)."""
         self._metrics.log(step, metrics)
@@ -242,12 +250,25 @@ class StepAlgorithm(Algorithm):
             ``batch.calls`` and ``batch.results`` only, like a prompt optimiser).
         n_epochs / batch_size / n_samples: The loop: passes over the training tasks, tasks per
             step (all if None), rollouts per task (the group of a group baseline).
+        max_steps: Stop after this many steps (counted from the start of training, resumed
+            steps included), even mid-epoch; None runs every epoch.
     """
 
     lightning: LightningRL | None = None
     n_epochs: int = 1
     batch_size: int | None = None
     n_samples: int = 1
+    max_steps: int | None = None
+
+    def resume_step(self) -> int:
+        """The last step an earlier run of this algorithm completed and saved (0: none).
+
+        Called after :meth:`setup`, which is where an algorithm restores a checkpoint. The
+        loop then continues with the next step: the batches it skips are the ones that
+        earlier run trained on (batches are cut from the tasks in order), and the metrics
+        logged after that step are dropped, so the run's files show each step once.
+        """
+        return 0
 
     async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
         """Return the resources this algorithm owns (published before the first step)."""
@@ -256,6 +277,12 @@ class StepAlgorithm(Algorithm):
     @abc.abstractmethod
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         """Learn from one batch; return new versions of resources it owns ({} for none)."""
+
+    async def close(self, ctx: AlgorithmContext) -> None:
+        """Release what :meth:`setup` started (servers, files); save final outputs.
+
+        Called once when the run ends, also when it ends with an error, if setup ran.
+        """
 
     async def run(self, ctx: AlgorithmContext) -> None:
         from agl.per_agent import PerAgent

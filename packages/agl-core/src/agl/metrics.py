@@ -137,6 +137,28 @@ class MetricsLogger:
         if self._console is not None:
             self._console.print(_console_line(record), highlight=False, soft_wrap=True)
 
+    def rewind(self, step: int) -> list[dict[str, Any]]:
+        """Drop every record after ``step`` (a run resuming from its step-``step`` checkpoint).
+
+        The JSONL and CSV files keep the records up to ``step``, in order, so a resumed run
+        logs its next steps once; TensorBoard files are left as they are (TensorBoard shows
+        the newest value of a step). Returns the records kept.
+        """
+        with self._lock:
+            if self._closed:
+                raise ConflictError(f"cannot rewind to step {step}: this MetricsLogger is closed")
+            self._jsonl.close()
+            kept = [r for r in read_metrics(self.jsonl_path) if r.get("step", 0) <= step]
+            partial = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
+            with partial.open("w", encoding="utf-8") as file:
+                file.writelines(json.dumps(record, allow_nan=False) + "\n" for record in kept)
+            os.replace(partial, self.jsonl_path)
+            self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
+            self._csv_file.close()
+            self._columns = _columns_of(kept)
+            self._csv_file = self._rewrite_csv(kept)
+        return kept
+
     def close(self) -> None:
         """Close the files and the TensorBoard writer. Calling it again does nothing."""
         with self._lock:

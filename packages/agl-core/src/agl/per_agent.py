@@ -50,8 +50,8 @@ class PerAgent(Algorithm):
     Args:
         algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm` (or None: frozen).
             One algorithm may serve several keys.
-        n_epochs / batch_size / n_samples: The shared loop. By default taken from the
-            algorithms, which must then agree.
+        n_epochs / batch_size / n_samples / max_steps: The shared loop. By default taken from
+            the algorithms, which must then agree.
     """
 
     name = "per-agent"
@@ -63,6 +63,7 @@ class PerAgent(Algorithm):
         n_epochs: int | None = None,
         batch_size: int | None = None,
         n_samples: int | None = None,
+        max_steps: int | None = None,
     ) -> None:
         if not isinstance(algorithms, Mapping) or not algorithms:
             raise InvalidInputError(
@@ -95,6 +96,7 @@ class PerAgent(Algorithm):
         self.n_epochs = self._agree("n_epochs", n_epochs)
         self.batch_size = self._agree("batch_size", batch_size)
         self.n_samples = self._agree("n_samples", n_samples)
+        self.max_steps = self._agree("max_steps", max_steps)
         self.label = (
             self.members[0].algorithm.name
             if len(self.members) == 1
@@ -103,6 +105,7 @@ class PerAgent(Algorithm):
         self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
         self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
         self._owner_cache: dict[str | None, StepAlgorithm | None] = {}
+        self._started: list[_Member] = []
 
     def _agree(self, setting: str, given: Any) -> Any:
         if given is not None:
@@ -133,21 +136,50 @@ class PerAgent(Algorithm):
         return found
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        await self._setup(ctx)
+        try:
+            await self._setup(ctx)
+            await self._loop(ctx)
+        finally:
+            for member in reversed(self._started):
+                try:
+                    await member.algorithm.close(ctx)
+                except Exception:
+                    logger.exception("closing algorithm %r failed", member.algorithm.name)
+
+    async def _loop(self, ctx: AlgorithmContext) -> None:
+        resumed = self._resumed_step()
+        if resumed:
+            ctx.rewind(resumed)
+            logger.info("resuming after step %d", resumed)
         step = 0
-        if ctx.val_tasks:
+        if ctx.val_tasks and not resumed:
             await self._validate(ctx, step)
         for epoch in range(self.n_epochs):
             for tasks in ctx.batches(ctx.train_tasks, self.batch_size):
+                if self.max_steps is not None and step >= self.max_steps:
+                    break
                 step += 1
-                await self._step(ctx, tasks, step, epoch)
-        if ctx.val_tasks and self.n_epochs > 0:
+                if step > resumed:
+                    await self._step(ctx, tasks, step, epoch)
+        if ctx.val_tasks and self.n_epochs > 0 and step > resumed:
             await self._validate(ctx, step)
+
+    def _resumed_step(self) -> int:
+        steps = {m.algorithm.name: m.algorithm.resume_step() for m in self.members}
+        if len(set(steps.values())) > 1:
+            raise InvalidInputError(
+                f"the algorithms resume from different steps ({steps}): give them checkpoints "
+                "of the same step, or none",
+                field="resume",
+            )
+        return next(iter(steps.values()))
 
     async def _setup(self, ctx: AlgorithmContext) -> None:
         owned: dict[str, str] = {}
         published: dict[str, Resource] = {}
+        self._started = []
         for member in self.members:
+            self._started.append(member)
             resources = dict(await member.algorithm.setup(ctx))
             for name in resources:
                 if name in owned:
@@ -171,6 +203,7 @@ class PerAgent(Algorithm):
         results = await ctx.run_rollouts(
             tasks, n=self.n_samples, description=f"epoch {epoch + 1} step {step}"
         )
+        rollout_s = time.monotonic() - started
         extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
         metrics = reward_metrics(results)
         updates: dict[str, Resource] = {}
@@ -210,6 +243,7 @@ class PerAgent(Algorithm):
             metrics.update({f"{prefix}{k}": float(v) for k, v in batch.metrics.items()})
         if updates:
             await ctx.publish({**ctx.resources, **updates})
+        metrics["time/rollout_s"] = rollout_s
         metrics["time/step_s"] = time.monotonic() - started
         ctx.log(step, metrics)
         notify("agl_step_end", algorithm=self.label, step=step, metrics=metrics)

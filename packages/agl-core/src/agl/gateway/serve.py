@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agl._server_thread import ServerThread
 from agl.gateway.app import Gateway
+from agl.server_thread import ServerThread
 from agl.store.base import Store
 from agl.store.open import open_store
 

@@ -10,8 +10,8 @@ import ipaddress
 import socket
 from typing import Any
 
-from agl._server_thread import ServerThread
 from agl.errors import InvalidInputError
+from agl.server_thread import ServerThread
 from agl.store.base import Store
 from agl.store.open import open_store
 from agl.store.server import DEFAULT_MAX_BODY_BYTES, create_app

@@ -1,4 +1,7 @@
-"""Run an ASGI app with uvicorn on a background thread (store, gateway and test servers)."""
+"""Run an ASGI app with uvicorn on a background thread (store, gateway, policy and test servers).
+
+Public for plugins that serve something over HTTP next to a run (agl-torch's policy server).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""The policy: a Hugging Face causal LM, how it is loaded, and the logprobs of its tokens.
+
+Everything the learner computes starts from one quantity, the logprob the policy gives each
+token of a sequence given the tokens before it. :func:`token_logprobs` returns it aligned with
+``input_ids`` (column ``t`` scores token ``t``), the same layout :mod:`agl_torch.data` uses for
+behaviour logprobs, advantages and masks, so losses combine the four element-wise with no
+shifting. The vocabulary dimension is reduced to one number per token a chunk at a time, so
+behaviour and reference logprobs (computed without gradient) never need a float32 copy of the
+whole ``[B, T, V]`` logits of a half-precision model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["default_device", "load_policy", "quiet_progress_bars", "token_logprobs"]
+
+_LOGPROB_CHUNK_TOKENS = 4096
+"""Tokens per chunk of the logsumexp over the vocabulary (bounds the float32 upcast)."""
+
+
+def default_device() -> torch.device:
+    """The first CUDA device when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@contextlib.contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """Silence transformers' (and the Hub's) progress bars inside the block, then restore."""
+    from transformers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
+def load_policy(
+    path: str | os.PathLike[str],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer from a Hugging Face folder (or Hub name).
+
+    Args:
+        path: What ``AutoModelForCausalLM.from_pretrained`` accepts.
+        device: Where the weights go (default: :func:`default_device`).
+        dtype: The weights' dtype (default: as saved in the folder's config).
+
+    Returns:
+        ``(model, tokenizer)``; the model is in eval mode.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with quiet_progress_bars():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
+    model.to(device if device is not None else default_device())
+    model.eval()
+    return model, tokenizer
+
+
+def token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """The logprob of every token given the tokens before it, aligned with ``input_ids``.
+
+    Column ``t >= 1`` holds ``log p(input_ids[:, t] | input_ids[:, :t])`` under ``model`` (its
+    logits divided by ``temperature``, as a sampler with that temperature sees them). A row's
+    first token, which nothing predicts, and padding hold 0. Padding may be on either side:
+    position ids are counted over the attended tokens only.
+
+    Differentiable; call it under ``torch.no_grad()`` for behaviour or reference logprobs.
+
+    Args:
+        model: A causal LM returning ``.logits`` of shape ``[B, T, V]`` (a PEFT model too).
+        input_ids: ``[B, T]`` token ids.
+        attention_mask: ``[B, T]``, 1 on real tokens, 0 on padding.
+        temperature: Divides the logits.
+
+    Returns:
+        A float32 ``[B, T]`` tensor.
+    """
+    if input_ids.shape[0] == 0 or input_ids.shape[1] < 2:
+        return torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=False,
+    ).logits[:, :-1]
+    targets = input_ids[:, 1:]
+    batch, width = targets.shape
+    rows = min(batch, max(1, _LOGPROB_CHUNK_TOKENS // width))
+    columns = min(width, max(1, _LOGPROB_CHUNK_TOKENS // rows))
+    # log_softmax(x)[y] = x[y] - logsumexp(x): one number per token leaves the vocabulary
+    # dimension, and only a chunk of tokens is upcast to float32 at a time.
+    blocks = []
+    for row in range(0, batch, rows):
+        pieces = []
+        for column in range(0, width, columns):
+            chunk = logits[row : row + rows, column : column + columns].float()
+            if temperature != 1.0:
+                chunk = chunk / temperature
+            target = targets[row : row + rows, column : column + columns, None]
+            pieces.append(chunk.gather(-1, target).squeeze(-1) - chunk.logsumexp(dim=-1))
+        blocks.append(torch.cat(pieces, dim=1))
+    logprobs = torch.nn.functional.pad(torch.cat(blocks), (1, 0))
+    return logprobs.masked_fill((attention_mask == 0) | (positions == 0), 0.0)

@@ -1,0 +1,194 @@
+"""One trained policy in a run: its learner, the policy server agents call, and checkpoints.
+
+The RL and SFT algorithms of agl-torch both train a model that agents call while it trains;
+:class:`ServedPolicy` is that shared part. :meth:`ServedPolicy.start` loads the model, restores
+a checkpoint when resuming, starts a :class:`~agl_torch.server.PolicyServer` on loopback with
+its own copy of the weights, and puts agl's gateway in front of it (the gateway records every
+call with the server's token ids). After each update :meth:`ServedPolicy.publish` hands the new
+weights to the server, which swaps them in between generation batches: requests in flight
+finish on the weights they started with, and every response names its weight version.
+
+Checkpoints go to ``<run_dir>/checkpoints/step-000012/`` (see
+:meth:`agl_torch.learner.Learner.save_checkpoint`); the last ``keep_checkpoints`` are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from agl.algorithm import AlgorithmContext
+from agl.errors import InvalidInputError
+from agl.resources import LLM
+
+__all__ = ["CheckpointSettings", "ServedPolicy", "find_checkpoint"]
+
+logger = logging.getLogger("agl_torch")
+
+CHECKPOINTS_DIR = "checkpoints"
+_STEP_PREFIX = "step-"
+_COMPLETE_MARKER = "state.json"  # written last by Learner.save_checkpoint
+
+
+@dataclass
+class CheckpointSettings:
+    """When a run saves and where it resumes from.
+
+    Attributes:
+        every: Save after every this many steps (0: never; the final model is still saved).
+        keep: How many of the latest checkpoints to keep.
+        resume: False starts fresh; True resumes from the latest complete checkpoint in the
+            run directory, if there is one; a path resumes from that checkpoint folder.
+    """
+
+    every: int = 1
+    keep: int = 2
+    resume: bool | str | os.PathLike[str] = False
+
+
+def find_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The latest complete checkpoint under ``run_dir/checkpoints`` (None if there is none)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return None
+    complete = [
+        path
+        for path in root.iterdir()
+        if path.name.startswith(_STEP_PREFIX) and (path / _COMPLETE_MARKER).is_file()
+    ]
+    return max(complete, key=lambda path: path.name, default=None)
+
+
+@dataclass
+class ServedPolicy:
+    """A model that trains while a policy server serves it (see the module docstring).
+
+    Args:
+        model: A Hugging Face model folder (``save_pretrained`` output; tiny ones:
+            :func:`agl_torch.tiny.build_tiny_model`).
+        learner_options: Keyword arguments of :class:`~agl_torch.learner.Learner`.
+        model_name: The model name agents send (and the server reports).
+        sampling_parameters: Published in the LLM resource (agents may pass them on).
+        max_batch_size: Requests the server generates for at once.
+        device: Where to train and serve (default: CUDA when present, else CPU).
+        checkpoints: When to save, and whether to resume.
+    """
+
+    model: str | os.PathLike[str]
+    learner_options: Mapping[str, Any] = field(default_factory=dict)
+    model_name: str = "policy"
+    sampling_parameters: Mapping[str, JsonValue] = field(default_factory=dict)
+    max_batch_size: int = 64
+    device: str | None = None
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+
+    def __post_init__(self) -> None:
+        self.learner: Any = None
+        self.server: Any = None
+        self.resumed_step = 0
+        self.last_saved_step = 0
+        self.steps_trained = 0
+
+    async def start(self, ctx: AlgorithmContext) -> LLM:
+        """Load (or resume) the model, start its server and the gateway; return the resource."""
+        path = Path(self.model)
+        if not (path / "config.json").is_file():
+            raise InvalidInputError(
+                f"{str(path)!r} is not a Hugging Face model folder (no config.json); build one "
+                "with agl_torch.tiny.build_tiny_model or save_pretrained",
+                field="model",
+                value=str(path),
+            )
+        self.learner = await asyncio.to_thread(self._build_learner, path)
+        checkpoint = self._checkpoint_to_resume(ctx.run_dir)
+        if checkpoint is not None:
+            step, _ = await asyncio.to_thread(self.learner.load_checkpoint, checkpoint)
+            self.resumed_step = self.last_saved_step = step
+            logger.info("resumed from %s (step %d)", checkpoint, step)
+        self.server = await asyncio.to_thread(self._start_server, path)
+        if checkpoint is not None or self.learner.lora is not None:
+            await self.publish()
+        return await ctx.serve_llm([self.server.url], self.model_name, self.sampling_parameters)
+
+    def _build_learner(self, path: Path) -> Any:
+        from agl_torch.learner import Learner
+        from agl_torch.policy import load_policy
+
+        model, tokenizer = load_policy(path, device=self.device)
+        return Learner(model, tokenizer, device=self.device, **dict(self.learner_options))
+
+    def _start_server(self, path: Path) -> Any:
+        from agl_torch.server import PolicyServer
+
+        server = PolicyServer(
+            path,
+            model_name=self.model_name,
+            device=self.device,
+            max_batch_size=self.max_batch_size,
+        )
+        server.start()
+        return server
+
+    def _checkpoint_to_resume(self, run_dir: Path) -> Path | None:
+        resume = self.checkpoints.resume
+        if resume is False:
+            return None
+        if resume is True:
+            return find_checkpoint(run_dir)
+        path = Path(resume)
+        if not (path / _COMPLETE_MARKER).is_file():
+            raise InvalidInputError(
+                f"cannot resume from {str(path)!r}: not a complete checkpoint "
+                f"(no {_COMPLETE_MARKER})",
+                field="resume",
+                value=str(path),
+            )
+        return path
+
+    async def publish(self) -> int:
+        """Hand the learner's current weights to the server; return the new weight version."""
+        state = await asyncio.to_thread(self.learner.serving_state_dict)
+        version: int = await asyncio.to_thread(self.server.update_weights, state)
+        return version
+
+    async def after_step(self, ctx: AlgorithmContext, step: int) -> dict[str, float]:
+        """Publish the new weights and checkpoint when due; return the step's metrics."""
+        self.steps_trained += 1
+        started = asyncio.get_running_loop().time()
+        version = await self.publish()
+        metrics = {
+            "weights/version": float(version),
+            "time/sync_s": asyncio.get_running_loop().time() - started,
+        }
+        every = self.checkpoints.every
+        if every and step % every == 0:
+            started = asyncio.get_running_loop().time()
+            await asyncio.to_thread(self._save, ctx.run_dir, step)
+            metrics["time/checkpoint_s"] = asyncio.get_running_loop().time() - started
+        return metrics
+
+    def _save(self, run_dir: Path, step: int) -> None:
+        root = run_dir / CHECKPOINTS_DIR
+        self.learner.save_checkpoint(root / f"{_STEP_PREFIX}{step:06d}", step=step)
+        self.last_saved_step = step
+        complete = sorted(path for path in root.iterdir() if path.name.startswith(_STEP_PREFIX))
+        for old in complete[: max(0, len(complete) - self.checkpoints.keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    async def close(self, ctx: AlgorithmContext) -> None:
+        """Save the final model to ``<run_dir>/model`` (if it trained) and stop the server."""
+        try:
+            if self.learner is not None and self.steps_trained:
+                await asyncio.to_thread(self.learner.save_pretrained, ctx.run_dir / "model")
+        finally:
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)
+                self.server = None

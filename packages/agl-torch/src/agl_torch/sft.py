@@ -1,0 +1,248 @@
+"""Supervised fine-tuning on PyTorch: the algorithm ``"sft-torch"``, and SFT on chat data.
+
+Two sources of examples, usable together:
+
+- **a dataset of chat conversations** (OpenAI-format messages, optionally with tools): trained
+  on before the first rollout, ``message_epochs`` passes, loss on assistant tokens only (the
+  chat template's generation mask). :func:`train_on_messages` does the same outside a run
+  (a warm-up before RL, as the quickstart does);
+- **the best rollouts of each step** (rejection-sampling fine-tuning): every step runs
+  ``n_samples`` rollouts per task, keeps the ``top_k`` best of each task whose reward reaches
+  ``min_reward``, and trains on their transitions' response tokens (the exact token ids the
+  engine produced, so nothing is re-tokenized).
+
+Checkpoints, resume and serving are the same as :mod:`agl_torch.rl`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.datasets import DatasetSource, load_tasks
+from agl.errors import InvalidInputError
+from agl.lightning import LightningRL, Transition
+from agl.resources import Resource
+from agl_torch.data import SFTExample, sft_examples_from_messages, sft_examples_from_transitions
+from agl_torch.served_policy import CheckpointSettings, ServedPolicy
+
+__all__ = ["SFTTorch", "best_transitions", "train_on_messages"]
+
+
+def train_on_messages(
+    learner: Any,
+    conversations: Sequence[Any],
+    *,
+    epochs: int = 1,
+    batch_size: int = 32,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    max_length: int = 2048,
+    seed: int = 0,
+    on_step: Callable[[int, int, dict[str, float]], None] | None = None,
+) -> list[dict[str, float]]:
+    """Fine-tune ``learner``'s model on chat conversations; return each epoch's metrics.
+
+    Args:
+        learner: A :class:`~agl_torch.learner.Learner`.
+        conversations: Lists of chat messages, or dicts with ``messages`` (and ``tools``).
+        epochs: Passes over the data (shuffled each pass, reproducibly from ``seed``).
+        batch_size: Conversations per optimizer step.
+        tools: Tools rendered into every conversation's prompt (unless it has its own).
+        max_length: Longer conversations are dropped (counted in ``dropped/too_long``).
+        on_step: Called after each optimizer step with (step, steps in all, metrics), for a
+            progress display.
+    """
+    if epochs < 0 or batch_size < 1:
+        raise InvalidInputError(
+            f"epochs must be >= 0 and batch_size >= 1 (got {epochs}, {batch_size})"
+        )
+    built = sft_examples_from_messages(
+        learner.tokenizer, conversations, tools=tools, max_length=max_length
+    )
+    examples = built.examples
+    if not examples and conversations:
+        raise InvalidInputError(
+            f"no conversation could be trained on (dropped: {dict(built.dropped)})",
+            field="messages",
+        )
+    order = random.Random(seed)
+    per_epoch = -(-len(examples) // batch_size)
+    history: list[dict[str, float]] = []
+    for epoch in range(epochs):
+        shuffled = list(examples)
+        order.shuffle(shuffled)
+        losses: list[float] = []
+        for index in range(0, len(shuffled), batch_size):
+            metrics = learner.sft_step(shuffled[index : index + batch_size])
+            losses.append(metrics["loss"])
+            if on_step is not None:
+                on_step(epoch * per_epoch + index // batch_size + 1, epochs * per_epoch, metrics)
+        history.append(
+            {
+                "epoch": float(epoch + 1),
+                "loss": statistics.fmean(losses) if losses else 0.0,
+                "examples": float(len(examples)),
+                **{f"dropped/{k}": float(v) for k, v in built.dropped.items()},
+            }
+        )
+    return history
+
+
+def best_transitions(
+    batch: StepBatch, *, top_k: int = 1, min_reward: float = 1.0
+) -> list[Transition]:
+    """The transitions of each task's ``top_k`` best rollouts rewarded ``min_reward`` or more.
+
+    Rollouts are grouped by task (the ``n_samples`` of one task); ties keep the earlier
+    rollout. Rollouts without a reward are never kept.
+    """
+    if batch.transitions is None:
+        return []
+    by_task: dict[Any, list[tuple[float, int, str]]] = defaultdict(list)
+    for order, result in enumerate(batch.results):
+        reward = result.reward
+        if reward is None or reward < min_reward:
+            continue
+        task = result.rollout.metadata.get("task_index", result.rollout.rollout_id)
+        by_task[str(task)].append((-reward, order, result.rollout.rollout_id))
+    keep = {
+        rollout_id for ranked in by_task.values() for _, _, rollout_id in sorted(ranked)[:top_k]
+    }
+    return [t for t in batch.transitions if t.rollout_id in keep]
+
+
+class SFTTorch(StepAlgorithm):
+    """Supervised fine-tuning of an agent's LLM (see the module docstring).
+
+    Args:
+        model: The model to train: a Hugging Face model folder.
+        messages: Chat conversations to train on before the first rollout (a list, or any
+            dataset :func:`agl.datasets.load_tasks` reads: JSONL, Parquet, a HF dataset).
+        tools: Tools rendered into the conversations' prompts.
+        message_epochs / message_batch_size: Passes over ``messages`` and conversations per
+            optimizer step.
+        max_length: Longer conversations are dropped (counted).
+        top_k / min_reward: Which rollouts of each step to learn from (see
+            :func:`best_transitions`).
+        resource / model_name / n_epochs / batch_size / n_samples / max_steps / lr /
+            weight_decay / max_grad_norm / micro_batch_tokens / lora / seed / temperature /
+            max_batch_size / device / checkpoint_every / keep_checkpoints / resume: As in
+            :class:`~agl_torch.rl.LightningRLTorch`.
+    """
+
+    name = "sft-torch"
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        messages: DatasetSource | Sequence[Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        message_epochs: int = 1,
+        message_batch_size: int = 32,
+        max_length: int = 2048,
+        top_k: int = 1,
+        min_reward: float = 1.0,
+        resource: str = "llm",
+        model_name: str = "policy",
+        n_epochs: int = 1,
+        batch_size: int | None = None,
+        n_samples: int = 4,
+        max_steps: int | None = None,
+        lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        max_grad_norm: float | None = 1.0,
+        micro_batch_tokens: int = 8192,
+        lora: Any = None,
+        seed: int = 0,
+        temperature: float = 1.0,
+        max_batch_size: int = 64,
+        device: str | None = None,
+        checkpoint_every: int = 1,
+        keep_checkpoints: int = 2,
+        resume: bool | str | os.PathLike[str] = False,
+    ) -> None:
+        self.model = model
+        self.messages = messages
+        self.tools = tools
+        self.message_epochs = message_epochs
+        self.message_batch_size = message_batch_size
+        self.max_length = max_length
+        self.top_k = top_k
+        self.min_reward = min_reward
+        self.resource = resource
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_samples = n_samples
+        self.max_steps = max_steps
+        # Every group counts for SFT, the ones whose rollouts all succeeded above all.
+        self.lightning = LightningRL(drop_zero_variance=False)
+        self.seed = seed
+        self.learner_options: dict[str, Any] = {
+            "lr": lr,
+            "weight_decay": weight_decay,
+            "max_grad_norm": max_grad_norm,
+            "micro_batch_tokens": micro_batch_tokens,
+            "lora": lora,
+            "seed": seed,
+        }
+        self.policy = ServedPolicy(
+            model or "",
+            learner_options=self.learner_options,
+            model_name=model_name,
+            sampling_parameters={"temperature": temperature},
+            max_batch_size=max_batch_size,
+            device=device,
+            checkpoints=CheckpointSettings(checkpoint_every, keep_checkpoints, resume),
+        )
+        self.message_history: list[dict[str, float]] = []
+
+    async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
+        if self.model is None:
+            raise InvalidInputError(
+                f"{self.name} needs a model to train: SFTTorch(model='path/to/hf-model')",
+                field="model",
+            )
+        llm = await self.policy.start(ctx)
+        if self.messages is not None and not self.policy.resumed_step:
+            conversations = (
+                list(self.messages)
+                if isinstance(self.messages, Sequence) and not isinstance(self.messages, str)
+                else load_tasks(self.messages)
+            )
+            self.message_history = await asyncio.to_thread(
+                train_on_messages,
+                self.policy.learner,
+                conversations,
+                epochs=self.message_epochs,
+                batch_size=self.message_batch_size,
+                tools=self.tools,
+                max_length=self.max_length,
+                seed=self.seed,
+            )
+            for row in self.message_history:
+                ctx.log(0, {f"sft/messages/{k}": v for k, v in row.items()})
+            self.policy.steps_trained += 1
+            await self.policy.publish()
+        return {self.resource: llm}
+
+    def resume_step(self) -> int:
+        return self.policy.resumed_step
+
+    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+        kept = best_transitions(batch, top_k=self.top_k, min_reward=self.min_reward)
+        examples: list[SFTExample] = sft_examples_from_transitions(kept)
+        metrics = await asyncio.to_thread(self.policy.learner.sft_step, examples)
+        batch.metrics.update({f"sft/{key}": value for key, value in metrics.items()})
+        batch.metrics["sft/kept_transitions"] = float(len(kept))
+        batch.metrics.update(await self.policy.after_step(ctx, batch.step))
+        return {}
+
+    async def close(self, ctx: AlgorithmContext) -> None:
+        await self.policy.close(ctx)
