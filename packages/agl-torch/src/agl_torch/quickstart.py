@@ -43,7 +43,7 @@ CALCULATOR_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "calculator",
-        "description": "Evaluate an arithmetic expression: a number, an operator (+ - *), a number.",
+        "description": "Evaluate an arithmetic expression: number, operator (+ - *), number.",
         "parameters": {
             "type": "object",
             "properties": {"expression": {"type": "string"}},
@@ -82,7 +82,7 @@ def calculate(expression: str) -> str:
 def demonstrations(
     questions: Sequence[dict[str, Any]], *, tool_share: float, seed: int
 ) -> list[list[dict[str, Any]]]:
-    """The sloppy teacher's conversations: the calculator in ``tool_share`` of them, else a guess."""
+    """The sloppy teacher's chats: the calculator in ``tool_share`` of them, else a guess."""
     rng = random.Random(seed)
     conversations = []
     for task in questions:
@@ -93,7 +93,11 @@ def demonstrations(
             call["function"] = {"name": "calculator", "arguments": arguments}  # type: ignore[assignment]
             messages += [
                 {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_0", "content": calculate(task["expression"])},
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_0",
+                    "content": calculate(task["expression"]),
+                },
                 {"role": "assistant", "content": str(task["answer"])},
             ]
         else:
@@ -130,7 +134,7 @@ async def calculator_agent(task: dict[str, Any], llm: agl.LLM) -> float:
                     expression = str(json.loads(call.function.arguments)["expression"])  # type: ignore[union-attr]
                     result = calculate(expression)
                 except (ValueError, KeyError, TypeError):
-                    result = "error: arguments must be {\"expression\": \"...\"}"
+                    result = 'error: arguments must be {"expression": "..."}'
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return 1.0 if answer.strip() == str(task["answer"]) else 0.0
 
@@ -175,8 +179,7 @@ def run(
     from agl_torch.learner import Learner
     from agl_torch.policy import load_policy
     from agl_torch.rl import LightningRLTorch
-    from agl_torch.sft import train_on_messages
-    from agl_torch.tiny import build_tiny_model
+    from agl_torch.tiny import build_tiny_model, build_tokenizer
 
     console = Console(stderr=True)
     started = time.monotonic()
@@ -186,10 +189,10 @@ def run(
     demos = demonstrations(tasks(200, seed=seed + 3), tool_share=tool_share, seed=seed)
 
     console.print("[bold]1/3[/] building a tiny model in code (tokenizer, template, weights)")
-    from agl_torch.tiny import build_tokenizer
-
     rendering = build_tokenizer()
-    corpus = [rendering.apply_chat_template(d, tools=[CALCULATOR_TOOL], tokenize=False) for d in demos]
+    corpus = [
+        rendering.apply_chat_template(d, tools=[CALCULATOR_TOOL], tokenize=False) for d in demos
+    ]
     base = build_tiny_model(run_dir / "base-model", corpus=corpus, vocab_size=400, seed=seed)
 
     console.print(
@@ -203,7 +206,9 @@ def run(
     learner.save_pretrained(warm)
     del learner, model
 
-    console.print(f"[bold]3/3[/] RL: {steps} steps x {tasks_per_step} questions x {samples} samples")
+    console.print(
+        f"[bold]3/3[/] RL: {steps} steps x {tasks_per_step} questions x {samples} samples"
+    )
     algorithm = LightningRLTorch(
         warm,
         n_samples=samples,
@@ -253,11 +258,15 @@ def _warm_up(
 ) -> None:
     from rich.progress import Progress
 
+    from agl_torch.sft import train_on_messages
+
     with Progress(console=console, disable=not progress, transient=False) as bar:
         task = bar.add_task("SFT warm-up", total=None)
 
         def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
-            bar.update(task, completed=step, total=total, description=f"SFT loss {metrics['loss']:.3f}")
+            bar.update(
+                task, completed=step, total=total, description=f"SFT loss {metrics['loss']:.3f}"
+            )
 
         history = train_on_messages(
             learner,
