@@ -31,7 +31,9 @@ def _steps(run_dir: Path) -> list[int]:
 def test_quickstart_learns_with_a_fixed_seed(tmp_path: Path) -> None:
     from agl_torch.quickstart import run
 
-    summary = run(tmp_path / "run", steps=12, warmup_epochs=40, seed=0, progress=False)
+    # The quickstart's settings, fewer steps. Sampling is not seeded (the server batches
+    # requests as they come), so the margins leave room: a run here goes ~0.2 -> ~0.6.
+    summary = run(tmp_path / "run", steps=15, seed=0, progress=False)
     rows = [row for row in read_metrics(tmp_path / "run") if "actor/loss" in row]
     first = statistics.fmean(row["reward/mean"] for row in rows[:3])
     last = statistics.fmean(row["reward/mean"] for row in rows[-3:])

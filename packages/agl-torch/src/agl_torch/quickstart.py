@@ -143,11 +143,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Run the quickstart; return the reward before and after RL (validation means)."""
     parser = argparse.ArgumentParser(prog="python -m agl_torch.quickstart", description=__doc__)
     parser.add_argument("--run-dir", type=Path, default=Path("runs/quickstart"))
-    parser.add_argument("--steps", type=int, default=40, help="RL steps (default 40)")
-    parser.add_argument("--tool-share", type=float, default=0.3)
-    parser.add_argument("--warmup-epochs", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=30, help="RL steps (default 30)")
+    parser.add_argument("--tool-share", type=float, default=0.5)
+    parser.add_argument("--warmup-epochs", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     return run(
@@ -164,11 +164,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 def run(
     run_dir: Path,
     *,
-    steps: int = 40,
-    tool_share: float = 0.3,
-    warmup_epochs: int = 40,
+    steps: int = 30,
+    tool_share: float = 0.5,
+    warmup_epochs: int = 60,
     seed: int = 0,
-    lr: float = 2e-3,
+    lr: float = 5e-4,
+    warmup_lr: float = 3e-3,
     tasks_per_step: int = 8,
     samples: int = 8,
     progress: bool = True,
@@ -200,7 +201,7 @@ def run(
         f"(the calculator in {tool_share:.0%} of them), {warmup_epochs} epochs"
     )
     model, tokenizer = load_policy(base, device="cpu")
-    learner = Learner(model, tokenizer, lr=3e-3, seed=seed, device="cpu")
+    learner = Learner(model, tokenizer, lr=warmup_lr, max_grad_norm=None, seed=seed, device="cpu")
     _warm_up(learner, demos, warmup_epochs, seed, progress, console)
     warm = run_dir / "warm-model"
     learner.save_pretrained(warm)

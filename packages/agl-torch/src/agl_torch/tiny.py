@@ -190,6 +190,9 @@ def build_tiny_model(
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    model.save_pretrained(out)
+    from agl_torch.policy import quiet_progress_bars
+
+    with quiet_progress_bars():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
