@@ -13,7 +13,7 @@
    servers need), else from 64 asyncio httpx clients: requests/s (target: 1,500), with the
    upstream alone measured the same way for reference.
 
-Prints figures only. Run: ``uv run python benchmarks/capture.py [--calls 2000]``.
+Prints figures only. Run: ``uv run --no-sync python benchmarks/capture.py [--calls 2000]``.
 """
 
 from __future__ import annotations

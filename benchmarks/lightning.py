@@ -14,7 +14,7 @@ Timed, median of ``--repeat`` runs, in this process (one core):
 - ``TransitionBatch.to_arrays`` on the per-call batch (padded numpy arrays).
 
 Target: >= 50,000 calls/s for the first row. Prints figures only.
-Run: ``uv run python benchmarks/lightning.py [--rollouts 10000 --calls 8]``.
+Run: ``uv run --no-sync python benchmarks/lightning.py [--rollouts 10000 --calls 8]``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ finishes. The run is checked: every rollout succeeded and its spans (4 LLM calls
 are in the store. Target: at least 300 rollouts/s on 2 cores. Reference: agentlightning's
 published store benchmark peaks at ~57 rollouts/s on a 32-core host.
 
-Run: ``uv run python benchmarks/runner.py [--rollouts 3000] [--runners 2]``.
+Run: ``uv run --no-sync python benchmarks/runner.py [--rollouts 3000] [--runners 2]``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ rollout's spans back. The read-back is checked: each rollout holds
 exactly the spans written, in order, with sequence ids 1..n, and ``statistics()`` agrees.
 It also times ``import agl`` in fresh interpreters and lists heavy modules it pulled in.
 
-Prints figures only; it never asserts on wall time. Run: ``uv run python benchmarks/store.py``.
+Prints figures only; it never asserts on wall time.
+Run: ``uv run --no-sync python benchmarks/store.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The agent is plain OpenAI-client code. The model is agl's scripted OpenAI-compat
 Baseline algorithm serves it through the gateway, runs the tasks with 2 runner processes and
 reports rewards; nothing is trained yet.
 
-    uv run python examples/run_agent.py [--run-dir runs/example]
+    uv run --no-sync python examples/run_agent.py [--run-dir runs/example]
 
 Afterwards: ``agl rollouts list --store sqlite:///runs/example/store.db`` and
 ``agl rollouts show ID --store ...`` show each rollout, its attempts, spans and rewards.

@@ -4,7 +4,7 @@ What it shows: `agl store serve` on a SQLite file, several runner processes' wor
 claiming rollouts over HTTP with long polls, sending spans in batches, heartbeats, a crashed
 attempt retried by the store, and the result read back: statistics, attempts and a span list.
 
-    uv run python examples/store_demo.py --run-dir runs/demo
+    uv run --no-sync python examples/store_demo.py --run-dir runs/demo
 """
 
 from __future__ import annotations

@@ -1,0 +1,188 @@
+"""agl-torch on CPU: generation and training tokens/s, and where a quickstart step's time goes.
+
+The model is the quickstart's (a 2-layer, 64-wide Llama, BPE vocabulary of ~400, built in code).
+
+Timed, in this process:
+- **generation**, the policy engine alone (:class:`agl_torch.engine.GenerationEngine`), one
+  request at a time and ``--batch`` concurrent requests, each generating ``--new-tokens``
+  tokens (random weights rarely stop early; finished rows are counted as generated);
+- **generation over HTTP**: the same ``--batch`` concurrent chat requests through the policy
+  server with the ``openai`` client (token ids and logprobs on, as the gateway asks);
+- **training**: :meth:`agl_torch.learner.Learner.rl_step` on ``--batch`` transitions of
+  ``--prompt`` + ``--new-tokens`` tokens (prompt and response tokens per second; median of
+  ``--repeat`` steps after one warm-up step);
+- **a quickstart run** of ``--steps`` RL steps (runner, gateway, policy server, SQLite store,
+  LightningRL, update, weight swap): the share of a step spent in rollouts, the update, the
+  weight swap, and the rest (reading traces, building transitions, logging).
+
+Prints figures only. Run: ``uv run --no-sync python benchmarks/torch_loop.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _model(directory: Path) -> Path:
+    from agl_torch.quickstart import CALCULATOR_TOOL, demonstrations, tasks
+    from agl_torch.tiny import build_tiny_model, build_tokenizer
+
+    demos = demonstrations(tasks(200, seed=3), tool_share=0.5, seed=0)
+    rendering = build_tokenizer()
+    corpus = [
+        rendering.apply_chat_template(d, tools=[CALCULATOR_TOOL], tokenize=False) for d in demos
+    ]
+    return build_tiny_model(directory / "model", corpus=corpus, vocab_size=400, seed=0)
+
+
+def _prompt_ids(tokenizer: Any, length: int, salt: int) -> list[int]:
+    text = " ".join(f"What is {salt % 7 + 2}*{i % 9 + 1}?" for i in range(length))
+    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[:length]
+
+
+def bench_engine(path: Path, batch: int, new_tokens: int, prompt: int) -> dict[str, float]:
+    from agl_torch.engine import GenerationEngine, SamplingParams
+    from agl_torch.policy import load_policy
+
+    model, tokenizer = load_policy(path, device="cpu")
+    params = SamplingParams(max_tokens=new_tokens, temperature=1.0, seed=0)
+    prompts = [_prompt_ids(tokenizer, prompt, salt) for salt in range(batch)]
+    figures = {}
+    with GenerationEngine(model, tokenizer, max_batch_size=batch) as engine:
+        engine.generate_sync(prompts[0], params)  # warm-up
+        started = time.perf_counter()
+        tokens = sum(len(engine.generate_sync(p, params).token_ids) for p in prompts[:8])
+        figures["engine, batch 1"] = tokens / (time.perf_counter() - started)
+
+        async def many() -> int:
+            done = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+            return sum(len(c.token_ids) for c in done)
+
+        started = time.perf_counter()
+        tokens = asyncio.run(many())
+        figures[f"engine, {batch} concurrent"] = tokens / (time.perf_counter() - started)
+        figures["engine, largest batch"] = float(engine.stats.largest_batch)
+    return figures
+
+
+def bench_http(path: Path, batch: int, new_tokens: int) -> dict[str, float]:
+    from openai import AsyncOpenAI
+
+    from agl_torch.server import PolicyServer
+
+    async def run(url: str) -> int:
+        async with AsyncOpenAI(base_url=url, api_key="x", max_retries=0) as client:
+
+            async def one(index: int) -> int:
+                reply = await client.chat.completions.create(
+                    model="policy",
+                    messages=[
+                        {"role": "user", "content": f"What is {index % 7 + 2}*{index % 9 + 1}?"}
+                    ],
+                    max_tokens=new_tokens,
+                    logprobs=True,
+                    extra_body={"return_token_ids": True},
+                )
+                return len(reply.choices[0].token_ids)  # type: ignore[attr-defined]
+
+            await one(0)
+            started = time.perf_counter()
+            tokens = sum(await asyncio.gather(*(one(i) for i in range(batch))))
+            return int(tokens / (time.perf_counter() - started))
+
+    with PolicyServer(path, max_batch_size=batch) as server:
+        return {f"HTTP chat, {batch} concurrent": float(asyncio.run(run(server.url)))}
+
+
+def bench_training(
+    path: Path, batch: int, prompt: int, new_tokens: int, repeat: int
+) -> dict[str, float]:
+    import torch
+
+    from agl.lightning import Transition
+    from agl_torch.learner import Learner
+    from agl_torch.policy import load_policy, token_logprobs
+
+    model, tokenizer = load_policy(path, device="cpu")
+    learner = Learner(model, tokenizer, lr=1e-4, device="cpu")
+    generator = torch.Generator().manual_seed(0)
+    transitions = []
+    for index in range(batch):
+        prompt_ids = _prompt_ids(tokenizer, prompt, index)
+        response = torch.randint(3, len(tokenizer), (new_tokens,), generator=generator).tolist()
+        ids = torch.tensor([prompt_ids + response])
+        logprobs = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt_ids) :]
+        transitions.append(
+            Transition(
+                "agent",
+                prompt_ids,
+                response,
+                logprobs.tolist(),
+                reward=float(index % 2),
+                advantage=1.0 if index % 2 else -1.0,
+                rollout_id=f"r{index}",
+                group_id=f"g{index // 8}",
+            )
+        )
+    learner.rl_step(transitions)  # warm-up
+    rates = [learner.rl_step(transitions)["tokens/s"] for _ in range(repeat)]
+    return {f"rl_step, {batch} x {prompt + new_tokens} tokens": statistics.median(rates)}
+
+
+def bench_loop(directory: Path, steps: int) -> dict[str, float]:
+    from agl.metrics import read_metrics
+    from agl_torch.quickstart import run
+
+    run(directory / "loop", steps=steps, warmup_epochs=60, progress=False)
+    rows = [row for row in read_metrics(directory / "loop") if "time/step_s" in row][1:]
+    total = sum(row["time/step_s"] for row in rows)
+    rollout = sum(row["time/rollout_s"] for row in rows)
+    update = sum(row.get("actor/time/update_s", 0.0) for row in rows)
+    sync = sum(row.get("time/sync_s", 0.0) + row.get("time/checkpoint_s", 0.0) for row in rows)
+    return {
+        "step time (s, mean)": total / len(rows),
+        "rollouts (% of step)": 100 * rollout / total,
+        "update (% of step)": 100 * update / total,
+        "weight swap + checkpoint (% of step)": 100 * sync / total,
+        "traces -> transitions, logging (% of step)": 100
+        * (total - rollout - update - sync)
+        / total,
+        "rollouts/s during rollouts": 64 * len(rows) / rollout,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--prompt", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8, help="quickstart steps (0: skip)")
+    args = parser.parse_args()
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        path = _model(directory)
+        figures: dict[str, float] = {}
+        figures.update(bench_engine(path, args.batch, args.new_tokens, args.prompt))
+        figures.update(bench_http(path, args.batch, args.new_tokens))
+        figures.update(bench_training(path, args.batch, args.prompt, args.new_tokens, args.repeat))
+        for name, value in figures.items():
+            unit = "" if "largest" in name else " tokens/s"
+            print(f"{name:<40} {value:>10,.0f}{unit}")
+        if args.steps:
+            for name, value in bench_loop(directory, args.steps).items():
+                print(f"quickstart: {name:<42} {value:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
