@@ -176,3 +176,28 @@ def test_best_transitions_keeps_each_tasks_top_rollouts() -> None:
     assert [t.rollout_id for t in kept] == ["a1"]
     kept = best_transitions(batch, top_k=2, min_reward=0.0)
     assert [t.rollout_id for t in kept] == ["a1", "a3", "b1"]
+
+
+def test_lora_run_serves_merged_weights_and_saves_the_adapter(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from agl_torch.learner import LoraSettings
+
+    algorithm = LightningRLTorch(
+        tiny_model_dir,
+        n_samples=2,
+        batch_size=2,
+        max_steps=2,
+        lr=1e-2,
+        max_tokens=8,
+        lora=LoraSettings(r=4, alpha=8),
+        lightning=agl.LightningRL(drop_zero_variance=False),
+    )
+    _trainer(tmp_path, algorithm).fit(calculator_agent, tasks(4, seed=1))
+    rows = [row for row in read_metrics(tmp_path) if "actor/loss" in row]
+    # version 1: the merged (untrained) adapters served at the start; then one per step
+    assert [row["weights/version"] for row in rows] == [2.0, 3.0]
+    checkpoint = find_checkpoint(tmp_path)
+    assert checkpoint is not None
+    assert (checkpoint / "model" / "adapter_config.json").is_file()
+    assert (tmp_path / "model" / "config.json").is_file()  # the final model: merged, servable
