@@ -132,8 +132,8 @@ class SFTTorch(StepAlgorithm):
             :func:`best_transitions`).
         resource / model_name / n_epochs / batch_size / n_samples / max_steps / lr /
             weight_decay / max_grad_norm / micro_batch_tokens / lora / seed / temperature /
-            max_batch_size / device / checkpoint_every / keep_checkpoints / resume: As in
-            :class:`~agl_torch.rl.LightningRLTorch`.
+            max_tokens / max_batch_size / device / checkpoint_every / keep_checkpoints /
+            resume: As in :class:`~agl_torch.rl.LightningRLTorch`.
     """
 
     name = "sft-torch"
@@ -162,6 +162,7 @@ class SFTTorch(StepAlgorithm):
         lora: Any = None,
         seed: int = 0,
         temperature: float = 1.0,
+        max_tokens: int | None = None,
         max_batch_size: int = 64,
         device: str | None = None,
         checkpoint_every: int = 1,
@@ -196,7 +197,8 @@ class SFTTorch(StepAlgorithm):
             model or "",
             learner_options=self.learner_options,
             model_name=model_name,
-            sampling_parameters={"temperature": temperature},
+            sampling_parameters={"temperature": temperature}
+            | ({} if max_tokens is None else {"max_tokens": max_tokens}),
             max_batch_size=max_batch_size,
             device=device,
             checkpoints=CheckpointSettings(checkpoint_every, keep_checkpoints, resume),

@@ -74,7 +74,8 @@ def scored_agent(task: dict[str, Any]) -> float:
 
 
 def llm_agent() -> agl.LitAgent:
-    """An agent that asks the rollout's :class:`agl.LLM` about its task once.
+    """An agent that asks the rollout's :class:`agl.LLM` about its task once, with its sampling
+    defaults (``max_tokens``, ``temperature``, ``top_p``).
 
     Its reward is ``(x % 4) / 4`` when the reply repeats the task (as the scripted server's
     ``echo`` does), else 0.
@@ -85,9 +86,15 @@ def llm_agent() -> agl.LitAgent:
         import openai
 
         prompt = f"task {task['x']}"
+        # the sampling defaults the algorithm published (a length limit above all)
+        sampling: dict[str, Any] = {
+            key: value
+            for key, value in llm.sampling_parameters.items()
+            if key in ("max_tokens", "temperature", "top_p")
+        }
         async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0) as client:
             reply = await client.chat.completions.create(
-                model=llm.model, messages=[{"role": "user", "content": prompt}]
+                model=llm.model, messages=[{"role": "user", "content": prompt}], **sampling
             )
         text = reply.choices[0].message.content or ""
         return (int(task["x"]) % 4) / 4 if prompt in text else 0.0

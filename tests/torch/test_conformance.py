@@ -1,0 +1,46 @@
+"""agl-torch's algorithms pass the algorithm conformance suite every algorithm passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import agl
+from agl.testing.algorithm import AlgorithmConformance, llm_agent
+from agl_torch.rl import LightningRLTorch
+from agl_torch.sft import SFTTorch
+
+
+class TestLightningRLTorch(AlgorithmConformance):
+    plugin_name = "lightningrl-torch"
+
+    @pytest.fixture
+    def algorithm_factory(self, tiny_model_dir: Path) -> Callable[[], agl.Algorithm]:
+        return lambda: LightningRLTorch(
+            tiny_model_dir, n_samples=2, batch_size=5, max_tokens=8, checkpoint_every=0
+        )
+
+    @pytest.fixture
+    def agent(self) -> agl.LitAgent:
+        return llm_agent()
+
+
+class TestSFTTorch(AlgorithmConformance):
+    plugin_name = "sft-torch"
+
+    @pytest.fixture
+    def algorithm_factory(self, tiny_model_dir: Path) -> Callable[[], agl.Algorithm]:
+        return lambda: SFTTorch(
+            tiny_model_dir,
+            n_samples=2,
+            batch_size=5,
+            min_reward=0.0,
+            max_tokens=8,
+            checkpoint_every=0,
+        )
+
+    @pytest.fixture
+    def agent(self) -> agl.LitAgent:
+        return llm_agent()
