@@ -1,5 +1,8 @@
 """Supervised fine-tuning on PyTorch: the algorithm ``"sft-torch"``, and SFT on chat data.
 
+(torch loads when the algorithm runs, not on import: agl imports plugins' algorithm classes
+in every process that looks one up.)
+
 Two sources of examples, usable together:
 
 - **a dataset of chat conversations** (OpenAI-format messages, optionally with tools): trained
@@ -22,15 +25,17 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, Transition
 from agl.resources import Resource
-from agl_torch.data import SFTExample, sft_examples_from_messages, sft_examples_from_transitions
 from agl_torch.served_policy import CheckpointSettings, ServedPolicy
+
+if TYPE_CHECKING:
+    from agl_torch.data import SFTExample
 
 __all__ = ["SFTTorch", "best_transitions", "train_on_messages"]
 
@@ -58,6 +63,8 @@ def train_on_messages(
         on_step: Called after each optimizer step with (step, steps in all, metrics), for a
             progress display.
     """
+    from agl_torch.data import sft_examples_from_messages
+
     if epochs < 0 or batch_size < 1:
         raise InvalidInputError(
             f"epochs must be >= 0 and batch_size >= 1 (got {epochs}, {batch_size})"
@@ -238,6 +245,8 @@ class SFTTorch(StepAlgorithm):
         return self.policy.resumed_step
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+        from agl_torch.data import sft_examples_from_transitions
+
         kept = best_transitions(batch, top_k=self.top_k, min_reward=self.min_reward)
         examples: list[SFTExample] = sft_examples_from_transitions(kept)
         metrics = await asyncio.to_thread(self.policy.learner.sft_step, examples)
