@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    import torch
 
 CORPUS = [
     "What is 12*7? Use the calculator.",
@@ -21,3 +26,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from agl_torch.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), corpus=CORPUS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def forward_logprobs() -> Callable[[Any, Sequence[int], Sequence[int]], torch.Tensor]:
+    """The reference logprobs served tokens are checked against: one plain forward pass.
+
+    The returned function ``(model, prompt, tokens)`` runs ``model`` once over prompt + tokens
+    (unpadded, no KV cache) and returns the log-softmax of its logits at each of the tokens'
+    positions (tokens x vocabulary).
+    """
+    import torch
+
+    def forward(model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+        ids = torch.tensor([[*prompt, *tokens]])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        return torch.log_softmax(logits, dim=-1)
+
+    return forward

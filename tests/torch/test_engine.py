@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from agl.errors import AglError, InvalidInputError
 from agl_torch.engine import Completion, GenerationEngine, SamplingParams, Token
 
 pytestmark = pytest.mark.anyio
+Forward = Callable[[Any, Sequence[int], Sequence[int]], torch.Tensor]
+"""The ``forward_logprobs`` fixture: ``(model, prompt, tokens)`` -> tokens x vocabulary."""
 TEXTS = [
     "Hello! How can I help",
     "What is 12*7? Use the calculator.",
@@ -62,23 +64,15 @@ def engine(reference: Any, tokenizer: Any) -> Iterator[GenerationEngine]:
         yield engine
 
 
-def forward_logprobs(model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
-    """log-softmax of ``model``'s logits at each response position (tokens x vocabulary)."""
-    ids = torch.tensor([[*prompt, *tokens]])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    return torch.log_softmax(logits, dim=-1)
-
-
-def assert_logprobs_match(model: Any, done: Completion) -> None:
-    expected = forward_logprobs(model, done.prompt_ids, done.token_ids)
+def assert_logprobs_match(done: Completion, expected: torch.Tensor) -> None:
+    """``done``'s logprobs are those ``expected`` (tokens x vocabulary) gives its tokens."""
     assert len(done.logprobs) == len(done.token_ids) == len(expected)
     chosen = expected.gather(-1, torch.tensor(done.token_ids).unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(torch.tensor(done.logprobs), chosen, atol=1e-4, rtol=0)
 
 
 async def test_logprobs_are_the_models_raw_distribution(
-    engine: GenerationEngine, reference: Any, prompts: list[list[int]]
+    engine: GenerationEngine, reference: Any, prompts: list[list[int]], forward_logprobs: Forward
 ) -> None:
     cases = [
         SamplingParams(max_tokens=10, temperature=0, top_logprobs=3),
@@ -89,8 +83,8 @@ async def test_logprobs_are_the_models_raw_distribution(
         done = await engine.generate(prompt, params)
         assert done.prompt_ids == prompt
         assert done.finish_reason == "length"
-        assert_logprobs_match(reference, done)
         expected = forward_logprobs(reference, prompt, done.token_ids)
+        assert_logprobs_match(done, expected)
         for step, top in enumerate(done.top_logprobs):
             assert len(top) == params.top_logprobs
             if top:
@@ -219,7 +213,11 @@ def test_sampling_params_are_checked() -> None:
 
 
 async def test_weights_swap_between_batches_and_are_versioned(
-    reference: Any, tokenizer: Any, prompts: list[list[int]], tmp_path: Path
+    reference: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    tmp_path: Path,
+    forward_logprobs: Forward,
 ) -> None:
     original = {name: tensor.clone() for name, tensor in reference.state_dict().items()}
     generator = torch.Generator().manual_seed(0)
@@ -248,11 +246,11 @@ async def test_weights_swap_between_batches_and_are_versioned(
         old = events[-1]
         assert isinstance(old, Completion)
         assert old.weight_version == 0
-        assert_logprobs_match(reference, old)
+        assert_logprobs_match(old, forward_logprobs(reference, old.prompt_ids, old.token_ids))
 
         new = await engine.generate(prompts[1], SamplingParams(max_tokens=8, temperature=0))
         assert new.weight_version == 1
-        assert_logprobs_match(new_model, new)
+        assert_logprobs_match(new, forward_logprobs(new_model, new.prompt_ids, new.token_ids))
 
         assert engine.update_weights(original) == 2
         back = await engine.generate(prompts[1], SamplingParams(max_tokens=8, temperature=0))

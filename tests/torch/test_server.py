@@ -11,7 +11,7 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ TOOL_CONTENT = "Let me compute 12*7. "
 """What the tool-call model says before its call."""
 Answer = tuple[int, list[int], list[int], list[float]]
 """A response's weight version, prompt ids, token ids and logprobs."""
+ModelLogprobs = Callable[[Any, Sequence[int], Sequence[int]], list[float]]
+"""The ``model_logprobs`` fixture: ``(model, prompt, tokens)`` -> one logprob per token."""
 
 
 @pytest.fixture
@@ -86,13 +88,15 @@ def chat_prompt(tokenizer: Any, messages: Any, tools: Any = None) -> list[int]:
     return list(ids)
 
 
-def model_logprobs(model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> list[float]:
-    """The logprob ``model`` gives each of ``tokens`` after ``prompt``, in one forward pass."""
-    ids = torch.tensor([[*prompt, *tokens]])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-    chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(tokens).unsqueeze(-1))
-    return [float(value) for value in chosen.squeeze(-1)]
+@pytest.fixture(scope="module")
+def model_logprobs(forward_logprobs: Callable[..., torch.Tensor]) -> ModelLogprobs:
+    """``(model, prompt, tokens)``: the logprob ``model`` gives each of ``tokens``."""
+
+    def chosen(model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> list[float]:
+        logprobs = forward_logprobs(model, prompt, tokens)
+        return logprobs.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1).tolist()
+
+    return chosen
 
 
 def assert_close(actual: Sequence[float], expected: Sequence[float]) -> None:
@@ -110,7 +114,7 @@ def sse_chunks(text: str) -> list[dict[str, Any]]:
 
 
 def test_chat_returns_the_exact_tokens_and_their_logprobs(
-    client: openai.OpenAI, tokenizer: Any, reference: Any
+    client: openai.OpenAI, tokenizer: Any, reference: Any, model_logprobs: ModelLogprobs
 ) -> None:
     raw = client.chat.completions.with_raw_response.create(
         model="policy",
@@ -145,7 +149,7 @@ def test_chat_returns_the_exact_tokens_and_their_logprobs(
 
 
 def test_a_chat_stream_adds_up_to_the_same_tokens(
-    client: openai.OpenAI, tokenizer: Any, reference: Any
+    client: openai.OpenAI, tokenizer: Any, reference: Any, model_logprobs: ModelLogprobs
 ) -> None:
     ask: Any = {"model": "policy", "messages": MESSAGES, "max_tokens": 12, "seed": 5}
     whole = client.chat.completions.create(**ask, extra_body=IDS)
@@ -176,7 +180,7 @@ def test_a_chat_stream_adds_up_to_the_same_tokens(
 
 
 def test_completions_take_text_or_token_ids(
-    server: PolicyServer, tokenizer: Any, reference: Any
+    server: PolicyServer, tokenizer: Any, reference: Any, model_logprobs: ModelLogprobs
 ) -> None:
     prompt = "Tell me a story about a fox"
     prompt_ids = tokenizer.encode(prompt)
@@ -264,7 +268,7 @@ def test_bad_requests_get_openai_400s_and_the_server_keeps_serving(
 
 
 async def test_a_weight_swap_under_load_fails_nothing_and_labels_every_response(
-    tiny_model_dir: Path, reference: Any, tmp_path: Path
+    tiny_model_dir: Path, reference: Any, tmp_path: Path, model_logprobs: ModelLogprobs
 ) -> None:
     generator = torch.Generator().manual_seed(1)
     swapped = copy.deepcopy(reference)

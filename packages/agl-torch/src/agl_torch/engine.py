@@ -32,15 +32,17 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, NoReturn, Self
+from typing import Any, Self
 
 import torch
 
 from agl.errors import AglError, InvalidInputError
+from agl_torch._batch import Completion, Event, Request, run_batch
+from agl_torch._sampling import SamplingParams, StopCheck, Token, invalid
+from agl_torch._weights import WeightsLike, check_fits, load_weights
 
 __all__ = [
     "Completion",
@@ -53,89 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agl_torch.engine")
-
-WeightsLike = Mapping[str, torch.Tensor] | str | os.PathLike[str]
-"""New weights: a state dict, or a Hugging Face model folder saved with ``save_pretrained``."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How one request samples.
-
-    Attributes:
-        max_tokens: The most tokens to generate; ``None`` for as many as the model's maximum
-            length leaves after the prompt.
-        temperature: Softmax temperature; 0 samples greedily (the most likely token).
-        top_p: Nucleus sampling: sample among the most likely tokens whose probabilities add up
-            to ``top_p``.
-        stop: Stop once the generated text contains one of these strings (the tokens that
-            completed it are kept, so the text still decodes from the token ids).
-        seed: Seeds a random generator of the request's own: the same seed gives the same
-            output, whatever the request is batched with.
-        top_logprobs: How many of the most likely tokens to report at each step, with their
-            logprobs.
-    """
-
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: Sequence[str] = ()
-    seed: int | None = None
-    top_logprobs: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            _invalid("max_tokens", self.max_tokens, "a positive integer")
-        if not self.temperature >= 0:
-            _invalid("temperature", self.temperature, "a number >= 0")
-        if not 0 < self.top_p <= 1:
-            _invalid("top_p", self.top_p, "a number in (0, 1]")
-        if self.top_logprobs < 0:
-            _invalid("top_logprobs", self.top_logprobs, "an integer >= 0")
-        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
-            _invalid("stop", self.stop, "a list of non-empty strings")
-
-
-@dataclass(frozen=True)
-class Token:
-    """One generated token, as a stream reports it.
-
-    Attributes:
-        id: The token id.
-        logprob: Its logprob under the model's raw distribution.
-        top_logprobs: The ``top_logprobs`` most likely ``(id, logprob)`` at this step, best
-            first.
-        weight_version: The weights that produced it.
-    """
-
-    id: int
-    logprob: float
-    top_logprobs: list[tuple[int, float]]
-    weight_version: int
-
-
-@dataclass
-class Completion:
-    """A finished generation.
-
-    Attributes:
-        prompt_ids: The prompt, as given.
-        token_ids: The generated tokens; a final EOS token is included.
-        logprobs: One logprob per generated token (raw distribution, see the module docstring).
-        top_logprobs: Per generated token, the most likely ``(id, logprob)``, best first.
-        finish_reason: ``"stop"`` (EOS or a stop string) or ``"length"`` (``max_tokens`` or the
-            model's maximum length).
-        weight_version: The weights that produced every token.
-        stop_reason: The stop string that ended the generation, if one did.
-    """
-
-    prompt_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[int, float]]]
-    finish_reason: Literal["stop", "length"]
-    weight_version: int
-    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,24 +74,8 @@ class EngineStats:
     tokens: int = 0
 
 
-_Event = Token | Completion | BaseException
 _MAX_WAITS = 10
 """A batch waits at most this many ``batch_wait_s`` for a burst of requests to end."""
-
-
-@dataclass(eq=False)
-class _Request:
-    """A request in the queue or in a batch; its output grows as the batch decodes."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    limit: int
-    emit: Callable[[_Event], None]
-    stream: bool
-    cancelled: bool = False
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -216,7 +119,7 @@ class GenerationEngine:
         max_model_len: int | None = None,
     ) -> None:
         if max_batch_size < 1:
-            _invalid("max_batch_size", max_batch_size, "a positive integer")
+            invalid("max_batch_size", max_batch_size, "a positive integer")
         self.device = torch.device(device) if device is not None else model.device
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -225,18 +128,19 @@ class GenerationEngine:
         config_len = getattr(model.config, "max_position_embeddings", None)
         length = max_model_len or config_len
         if not isinstance(length, int) or length < 2:
-            _invalid("max_model_len", length, "an integer >= 2 (the model's config has none)")
+            invalid("max_model_len", length, "an integer >= 2 (the model's config has none)")
         self.max_model_len: int = length
         """The longest prompt + generation a request may have."""
         self.vocab_size: int = model.get_input_embeddings().num_embeddings
-        self.eos_token_ids: frozenset[int] = _eos_ids(model, tokenizer)
+        self._stops = StopCheck(model, tokenizer)
+        self.eos_token_ids: frozenset[int] = self._stops.eos_token_ids
         """Token ids that end a generation."""
         self._version = 0
         self._stats = EngineStats()
         self._rng = torch.Generator(self.device)
         self._rng.seed()
         self._cond = threading.Condition()
-        self._waiting: list[_Request] = []
+        self._waiting: list[Request] = []
         self._updates: list[_Update] = []
         self._running = False
         self._thread: threading.Thread | None = None
@@ -315,7 +219,7 @@ class GenerationEngine:
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Completion:
         """:meth:`generate`, blocking the calling thread instead (not for use in event loops)."""
-        events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
+        events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._submit(prompt_ids, params or SamplingParams(), events.put, stream=False)
         event = events.get()
         if isinstance(event, BaseException):
@@ -327,9 +231,9 @@ class GenerationEngine:
         self, prompt_ids: Sequence[int], params: SamplingParams, *, stream: bool
     ) -> AsyncGenerator[Token | Completion, None]:
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue[_Event] = asyncio.Queue()
+        events: asyncio.Queue[Event] = asyncio.Queue()
 
-        def emit(event: _Event) -> None:
+        def emit(event: Event) -> None:
             try:
                 loop.call_soon_threadsafe(events.put_nowait, event)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -351,16 +255,16 @@ class GenerationEngine:
         self,
         prompt_ids: Sequence[int],
         params: SamplingParams,
-        emit: Callable[[_Event], None],
+        emit: Callable[[Event], None],
         *,
         stream: bool,
-    ) -> _Request:
+    ) -> Request:
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
-            _invalid("prompt", prompt, "at least one token id")
+            invalid("prompt", prompt, "at least one token id")
         bad = [t for t in prompt if not 0 <= t < self.vocab_size]
         if bad:
-            _invalid("prompt", bad[0], f"token ids in [0, {self.vocab_size})")
+            invalid("prompt", bad[0], f"token ids in [0, {self.vocab_size})")
         room = self.max_model_len - len(prompt)
         if room < 1:
             raise InvalidInputError(
@@ -377,7 +281,7 @@ class GenerationEngine:
                 field="max_tokens",
                 value=params.max_tokens,
             )
-        request = _Request(prompt, params, params.max_tokens or room, emit, stream)
+        request = Request(prompt, params, params.max_tokens or room, emit, stream)
         with self._cond:
             if not self._running:
                 raise AglError("the generation engine is not running; call start() first")
@@ -402,7 +306,7 @@ class GenerationEngine:
                 or misshapen tensors), or the folder has no safetensors file.
         """
         state = load_weights(weights) if isinstance(weights, str | os.PathLike) else dict(weights)
-        self._check_fits(state)
+        check_fits(self.model, state)
         update = _Update(state)
         with self._cond:
             queued = self._running
@@ -416,26 +320,6 @@ class GenerationEngine:
     async def update_weights_async(self, weights: WeightsLike) -> int:
         """:meth:`update_weights` from an event loop (loading and waiting on a worker thread)."""
         return await asyncio.to_thread(self.update_weights, weights)
-
-    def _check_fits(self, state: Mapping[str, torch.Tensor]) -> None:
-        own = self.model.state_dict(keep_vars=True)
-        unexpected = sorted(set(state) - set(own))
-        names_of: dict[int, list[str]] = {}
-        for name, tensor in own.items():  # tied weights: one tensor under several names
-            names_of.setdefault(id(tensor), []).append(name)
-        missing = sorted(
-            names[0] for names in names_of.values() if not any(n in state for n in names)
-        )
-        misshapen = sorted(
-            n for n in set(state) & set(own) if tuple(state[n].shape) != tuple(own[n].shape)
-        )
-        if unexpected or missing or misshapen:
-            raise InvalidInputError(
-                "the weights do not fit the model: "
-                f"missing {_few(missing)}, unexpected {_few(unexpected)}, "
-                f"wrong shape {_few(misshapen)}",
-                field="weights",
-            )
 
     def _apply(self, updates: Iterable[_Update]) -> None:
         with self._model_lock, torch.no_grad():
@@ -470,7 +354,7 @@ class GenerationEngine:
         for request in dropped:
             request.emit(AglError("the generation engine stopped before running this request"))
 
-    def _take_batch(self) -> list[_Request]:
+    def _take_batch(self) -> list[Request]:
         """The next batch: wait for more requests while they keep coming (see ``batch_wait_s``)."""
         longest = time.monotonic() + _MAX_WAITS * self.batch_wait_s
         deadline, seen = 0.0, 0
@@ -486,11 +370,19 @@ class GenerationEngine:
             batch, self._waiting = waiting[: self.max_batch_size], waiting[self.max_batch_size :]
         return batch
 
-    def _run(self, batch: list[_Request]) -> None:
+    def _run(self, batch: list[Request]) -> None:
         self._count(batch=len(batch))
         try:
             with self._model_lock, torch.inference_mode():
-                self._decode(batch, self._version)
+                run_batch(
+                    self.model,
+                    batch,
+                    device=self.device,
+                    rng=self._rng,
+                    version=self._version,
+                    stops=self._stops,
+                    count=self._count,
+                )
         except Exception as exc:
             logger.exception("a batch of %d requests failed", len(batch))
             for request in batch:
@@ -505,194 +397,3 @@ class GenerationEngine:
             largest_batch=max(stats.largest_batch, batch),
             tokens=stats.tokens + tokens,
         )
-
-    def _decode(self, batch: list[_Request], version: int) -> None:
-        """Prefill and decode ``batch`` until every row is done."""
-        device = self.device
-        width = max(len(r.prompt_ids) for r in batch)
-        ids = torch.zeros((len(batch), width), dtype=torch.long)  # padding: masked out
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, request in enumerate(batch):
-            ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-            mask[row, width - len(request.prompt_ids) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        rows = list(batch)
-        sampler = _Sampler(rows, device, self._rng, version)
-        while True:
-            chosen = sampler.sample(out.logits[:, -1, :])
-            self._count(tokens=len(rows))
-            keep = [
-                i
-                for i, (request, step) in enumerate(zip(rows, chosen, strict=True))
-                if self._advance(request, step, version)
-            ]
-            if not keep:
-                return
-            cache = out.past_key_values
-            if len(keep) < len(rows):
-                index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                rows = [rows[i] for i in keep]
-                mask, positions = mask[index], positions[index]
-                sampler.select(index, keep)
-            next_ids = torch.tensor([[r.token_ids[-1]] for r in rows], device=device)
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-            positions = positions[:, -1:] + 1
-            out = self.model(
-                input_ids=next_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-
-    def _advance(self, request: _Request, step: Token, version: int) -> bool:
-        """Add a sampled token to ``request``; finish it if it is done. True if it goes on."""
-        if request.cancelled:
-            return False
-        request.token_ids.append(step.id)
-        request.logprobs.append(step.logprob)
-        request.top_logprobs.append(step.top_logprobs)
-        if request.stream:
-            request.emit(step)
-        finish: Literal["stop", "length"] | None = None
-        stop_reason = None
-        if step.id in self.eos_token_ids:
-            finish = "stop"
-        elif request.params.stop:
-            text = self.tokenizer.decode(request.token_ids, skip_special_tokens=True)
-            stop_reason = next((s for s in request.params.stop if s in text), None)
-            finish = "stop" if stop_reason is not None else None
-        if finish is None and len(request.token_ids) >= request.limit:
-            finish = "length"
-        if finish is None:
-            return True
-        self._count(requests=1)
-        request.emit(
-            Completion(
-                prompt_ids=request.prompt_ids,
-                token_ids=request.token_ids,
-                logprobs=request.logprobs,
-                top_logprobs=request.top_logprobs,
-                finish_reason=finish,
-                weight_version=version,
-                stop_reason=stop_reason,
-            )
-        )
-        return False
-
-
-class _Sampler:
-    """Per-row sampling for a batch: greedy or temperature + top-p, shared or own generators."""
-
-    def __init__(
-        self, rows: Sequence[_Request], device: torch.device, rng: torch.Generator, version: int
-    ) -> None:
-        params = [r.params for r in rows]
-        self.version = version
-        self.temperature = torch.tensor([p.temperature for p in params], device=device)
-        self.top_p = torch.tensor([p.top_p for p in params], device=device)
-        self.top_k = [p.top_logprobs for p in params]
-        self.generators = [_generator(p.seed, device) for p in params]
-        self.rng = rng
-
-    def select(self, index: torch.Tensor, keep: Sequence[int]) -> None:
-        """Keep only the rows ``keep`` (``index`` as a tensor)."""
-        self.temperature, self.top_p = self.temperature[index], self.top_p[index]
-        self.top_k = [self.top_k[i] for i in keep]
-        self.generators = [self.generators[i] for i in keep]
-
-    def sample(self, logits: torch.Tensor) -> list[Token]:
-        """One token per row from ``logits`` (rows x vocabulary)."""
-        logits = logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = logits.argmax(dim=-1)
-        greedy = self.temperature == 0
-        if not bool(greedy.all()):
-            scaled = logits / torch.where(greedy, 1.0, self.temperature).unsqueeze(-1)
-            probs = _top_p(torch.softmax(scaled, dim=-1), self.top_p)
-            # The exponential race: argmax(p / E), E ~ Exp(1), draws from p (as vLLM samples).
-            noise = torch.empty_like(probs).exponential_(generator=self.rng)
-            for row, generator in enumerate(self.generators):
-                if generator is not None:
-                    noise[row].exponential_(generator=generator)
-            sampled = (probs / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
-            chosen = torch.where(greedy, chosen, sampled)
-        chosen_logprobs = logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).tolist()
-        k = max(self.top_k)
-        top: list[list[tuple[int, float]]] = [[] for _ in self.top_k]
-        if k:
-            values, indices = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
-            for row, (vals, ids) in enumerate(zip(values.tolist(), indices.tolist(), strict=True)):
-                top[row] = list(zip(ids, vals, strict=True))[: self.top_k[row]]
-        return [
-            Token(token, logprob, top[row], self.version)
-            for row, (token, logprob) in enumerate(
-                zip(chosen.tolist(), chosen_logprobs, strict=True)
-            )
-        ]
-
-
-def _top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Zero the tail of each row beyond its nucleus (the first token always stays)."""
-    if bool((top_p >= 1).all()):
-        return probs
-    ordered, order = probs.sort(dim=-1, descending=True)
-    outside = ordered.cumsum(dim=-1) - ordered > top_p.unsqueeze(-1)
-    return torch.zeros_like(probs).scatter_(-1, order, ordered.masked_fill(outside, 0.0))
-
-
-def _generator(seed: int | None, device: torch.device) -> torch.Generator | None:
-    if seed is None:
-        return None
-    generator = torch.Generator(device)
-    generator.manual_seed(seed)
-    return generator
-
-
-def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """Read the state dict of a model folder saved with ``save_pretrained`` (or one file).
-
-    Raises:
-        InvalidInputError: ``path`` holds no ``*.safetensors`` file.
-    """
-    from safetensors.torch import load_file
-
-    where = Path(path)
-    files = [where] if where.is_file() else sorted(where.glob("*.safetensors"))
-    if not files or any(f.suffix != ".safetensors" for f in files):
-        _invalid("weights", str(path), "a model folder with *.safetensors files, or such a file")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(file))
-    return state
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    ids: set[int] = set()
-    config = getattr(model, "generation_config", None)
-    for value in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list | tuple):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
-
-
-def _few(names: Sequence[str]) -> str:
-    if not names:
-        return "none"
-    shown = ", ".join(names[:5])
-    return f"{shown} (+{len(names) - 5} more)" if len(names) > 5 else shown
-
-
-def _invalid(name: str, value: Any, expected: str) -> NoReturn:
-    raise InvalidInputError(f"{name} must be {expected} (got {value!r})", field=name, value=value)

@@ -30,15 +30,24 @@ def default_device() -> torch.device:
 
 
 @contextlib.contextmanager
-def quiet_progress_bars() -> Iterator[None]:
-    """Silence transformers' (and the Hub's) progress bars inside the block, then restore."""
+def quiet_progress_bars(*, logs: bool = False) -> Iterator[None]:
+    """Silence transformers' (and the Hub's) progress bars inside the block, then restore.
+
+    Args:
+        logs: Silence transformers' log messages below errors too.
+    """
     from transformers.utils import logging
 
     enabled = logging.is_progress_bar_enabled()
+    verbosity = logging.get_verbosity()
     logging.disable_progress_bar()
+    if logs:
+        logging.set_verbosity_error()
     try:
         yield
     finally:
+        if logs:
+            logging.set_verbosity(verbosity)
         if enabled:
             logging.enable_progress_bar()
 
@@ -48,6 +57,8 @@ def load_policy(
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    tokenizer: Any = None,
+    quiet: bool = False,
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer from a Hugging Face folder (or Hub name).
 
@@ -55,14 +66,18 @@ def load_policy(
         path: What ``AutoModelForCausalLM.from_pretrained`` accepts.
         device: Where the weights go (default: :func:`default_device`).
         dtype: The weights' dtype (default: as saved in the folder's config).
+        tokenizer: The tokenizer to return instead of loading the folder's.
+        quiet: Silence transformers' log messages below errors too, not only its progress
+            bars (for a server's log).
 
     Returns:
         ``(model, tokenizer)``; the model is in eval mode.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with quiet_progress_bars():
-        tokenizer = AutoTokenizer.from_pretrained(path)
+    with quiet_progress_bars(logs=quiet):
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
     model.to(device if device is not None else default_device())
     model.eval()
