@@ -45,3 +45,24 @@ def forward_logprobs() -> Callable[[Any, Sequence[int], Sequence[int]], torch.Te
         return torch.log_softmax(logits, dim=-1)
 
     return forward
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    """The tiny model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model_dir: Path) -> Any:
+    """A copy of the tiny model that engines and servers under test never touch."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()

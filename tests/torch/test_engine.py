@@ -32,26 +32,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir: Path) -> Any:
-    """A copy of the model the engine never touches."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-
-
 @pytest.fixture(scope="module")
 def prompts(tokenizer: Any) -> list[list[int]]:
     return [tokenizer.encode(text) for text in TEXTS]

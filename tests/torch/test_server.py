@@ -49,26 +49,6 @@ ModelLogprobs = Callable[[Any, Sequence[int], Sequence[int]], list[float]]
 """The ``model_logprobs`` fixture: ``(model, prompt, tokens)`` -> one logprob per token."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir: Path) -> Any:
-    """A copy of the model the servers never touch."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[PolicyServer]:
     with PolicyServer(tiny_model_dir) as server:
