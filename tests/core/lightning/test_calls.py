@@ -206,3 +206,18 @@ def test_an_attempt_without_spans_or_calls() -> None:
     found = extract_calls([root, reward(5, 0.5, root)])
     assert found.calls == []
     assert found.final_reward == 0.5
+
+
+def test_a_call_two_instrumentations_recorded_counts_once() -> None:
+    # A framework's model span inside the agent, and the OpenAI client's span of the same call
+    # hanging off the root (the framework did not make its span current): one call, the agent's.
+    root = span("rollout", 0, 100)
+    writer = agent("writer", 1, 50, root)
+    framework = llm(2, 30, writer, "resp-1", **{"llm.system": "openai"})
+    client = llm(3, 29, root, "resp-1")
+    result = extract_calls([root, writer, client, framework, gateway(4, 28, "resp-1", [5])])
+    [call] = result.calls
+    assert call.agent == "writer"
+    assert call.prompt_ids == [5]
+    assert result.counts["duplicate_llm_spans"] == 1
+    assert result.counts["instrumented_only"] == 0

@@ -102,7 +102,9 @@ class AttemptCalls:
         counts: How many spans needed help: ``reparented_spans`` (tree repairs),
             ``joined_by_order`` (pairs made without a response id), ``gateway_only`` /
             ``instrumented_only`` (calls seen on one side), ``unmatched_rewards`` (step rewards
-            emitted before any call, or linked to a response id no call has).
+            emitted before any call, or linked to a response id no call has),
+            ``duplicate_llm_spans`` (a call two instrumentations recorded, such as a LangChain
+            model over the OpenAI client: one span per response id is kept).
     """
 
     rollout_id: str
@@ -123,6 +125,7 @@ def extract_calls(spans: Sequence[Span]) -> AttemptCalls:
         "gateway_only": 0,
         "instrumented_only": 0,
         "unmatched_rewards": 0,
+        "duplicate_llm_spans": 0,
     }
     if not spans:
         return AttemptCalls("", "", [], None, counts)
@@ -148,6 +151,7 @@ def extract_calls(spans: Sequence[Span]) -> AttemptCalls:
             named[span.span_id] = name
 
     parents = _repaired_parents(spans, by_id, counts)
+    llm = _one_span_per_response(llm, parents, named, counts)
     pairs = _join(gateway, llm, counts)
     agent_spans = [by_id[span_id] for span_id in named]
     calls = []
@@ -253,6 +257,42 @@ def _agent_by_time(call: Span, agent_spans: list[Span], named: dict[str, str]) -
 
 
 # --- joining gateway and instrumented spans ----------------------------------------------------
+
+
+def _one_span_per_response(
+    llm: list[Span],
+    parents: dict[str, str | None],
+    named: dict[str, str],
+    counts: dict[str, int],
+) -> list[Span]:
+    """One instrumented span per response id: the one inside an agent, else the first.
+
+    Two instrumentations can record the same call (a LangChain chat model and the OpenAI client
+    it drives), and the inner span need not be the child of the outer one (openinference does
+    not make its spans current), so they are matched on the response id the server sent.
+    """
+    chosen: dict[Any, Span] = {}
+    for span in llm:
+        response_id = span.attributes.get(_RESPONSE_ID)
+        if response_id is None:
+            continue
+        kept = chosen.get(response_id)
+        if kept is None:
+            chosen[response_id] = span
+            continue
+        counts["duplicate_llm_spans"] += 1
+        if (
+            _agent_of(kept.span_id, parents, named) is None
+            and _agent_of(span.span_id, parents, named) is not None
+        ):
+            chosen[response_id] = span
+    if not counts["duplicate_llm_spans"]:
+        return llm
+    return [
+        span
+        for span in llm
+        if (response_id := span.attributes.get(_RESPONSE_ID)) is None or chosen[response_id] is span
+    ]
 
 
 def _join(
