@@ -1,0 +1,82 @@
+-- The rows of schema.sql's tables (5 departments, 20 employees, 8 customers, 8 products,
+-- 30 orders). Salaries and prices are all different, so "the highest" has one answer.
+INSERT INTO departments (id, name, city, budget) VALUES
+    (1, 'Engineering', 'Berlin', 1200000),
+    (2, 'Sales', 'London', 800000),
+    (3, 'Marketing', 'London', 450000),
+    (4, 'Support', 'Lisbon', 300000),
+    (5, 'Finance', 'Berlin', 350000);
+
+INSERT INTO employees (id, name, department_id, title, salary, hire_date, manager_id) VALUES
+    (1, 'Ada Fischer', 1, 'CTO', 185000, '2015-03-01', NULL),
+    (2, 'Ben Okafor', 1, 'Engineer', 98000, '2018-06-15', 1),
+    (3, 'Chloe Martin', 1, 'Engineer', 105000, '2017-09-01', 1),
+    (4, 'Dev Patel', 1, 'Engineer', 91000, '2021-01-10', 1),
+    (5, 'Eva Rossi', 1, 'Intern', 38000, '2024-02-01', 3),
+    (6, 'Farid Haddad', 2, 'Sales Director', 150000, '2016-04-20', NULL),
+    (7, 'Grace Lee', 2, 'Account Manager', 72000, '2019-11-05', 6),
+    (8, 'Hugo Silva', 2, 'Account Manager', 69000, '2020-07-14', 6),
+    (9, 'Ines Costa', 2, 'Account Manager', 75000, '2018-02-28', 6),
+    (10, 'Jonas Berg', 2, 'Sales Associate', 52000, '2022-08-01', 7),
+    (11, 'Kara Novak', 3, 'Marketing Lead', 110000, '2017-05-12', NULL),
+    (12, 'Liam Walsh', 3, 'Designer', 64000, '2020-10-19', 11),
+    (13, 'Mia Schulz', 3, 'Copywriter', 58000, '2023-03-06', 11),
+    (14, 'Noah Adams', 4, 'Support Lead', 80000, '2016-12-01', NULL),
+    (15, 'Olga Petrova', 4, 'Support Agent', 47000, '2019-04-22', 14),
+    (16, 'Pablo Ruiz', 4, 'Support Agent', 45000, '2021-06-30', 14),
+    (17, 'Quinn Murphy', 4, 'Support Agent', 46000, '2023-09-18', 14),
+    (18, 'Rosa Bianchi', 5, 'CFO', 170000, '2015-08-17', NULL),
+    (19, 'Sam Cohen', 5, 'Accountant', 68000, '2019-01-07', 18),
+    (20, 'Tara Singh', 5, 'Accountant', 71000, '2022-05-23', 18);
+
+INSERT INTO customers (id, name, country) VALUES
+    (1, 'Acme GmbH', 'Germany'),
+    (2, 'Blue Harbor Ltd', 'United Kingdom'),
+    (3, 'Cedar Foods', 'Portugal'),
+    (4, 'Delta Robotics', 'Germany'),
+    (5, 'Evergreen Books', 'United Kingdom'),
+    (6, 'Fjord Shipping', 'Norway'),
+    (7, 'Granite Labs', 'United States'),
+    (8, 'Horizon Travel', 'Portugal');
+
+INSERT INTO products (id, name, category, price) VALUES
+    (1, 'Laptop Pro', 'Hardware', 1800.0),
+    (2, 'Laptop Air', 'Hardware', 1200.0),
+    (3, 'Monitor 27', 'Hardware', 350.0),
+    (4, 'Keyboard', 'Accessories', 80.0),
+    (5, 'Mouse', 'Accessories', 40.0),
+    (6, 'Docking Station', 'Accessories', 220.0),
+    (7, 'Cloud Backup', 'Software', 120.0),
+    (8, 'Office Suite', 'Software', 150.0);
+
+INSERT INTO orders (id, customer_id, product_id, employee_id, quantity, order_date) VALUES
+    (1, 1, 1, 7, 5, '2024-01-08'),
+    (2, 1, 3, 7, 10, '2024-01-08'),
+    (3, 2, 2, 8, 3, '2024-01-15'),
+    (4, 3, 7, 9, 20, '2024-01-22'),
+    (5, 4, 1, 7, 2, '2024-02-02'),
+    (6, 4, 4, 7, 15, '2024-02-02'),
+    (7, 5, 8, 8, 12, '2024-02-11'),
+    (8, 6, 2, 9, 4, '2024-02-19'),
+    (9, 7, 1, 10, 8, '2024-03-01'),
+    (10, 7, 6, 10, 8, '2024-03-01'),
+    (11, 2, 5, 8, 25, '2024-03-09'),
+    (12, 3, 8, 9, 10, '2024-03-18'),
+    (13, 1, 7, 7, 30, '2024-03-27'),
+    (14, 5, 3, 8, 6, '2024-04-04'),
+    (15, 6, 5, 9, 14, '2024-04-12'),
+    (16, 7, 2, 10, 5, '2024-04-20'),
+    (17, 4, 6, 7, 3, '2024-05-03'),
+    (18, 2, 1, 6, 1, '2024-05-14'),
+    (19, 1, 4, 7, 12, '2024-05-21'),
+    (20, 3, 3, 9, 4, '2024-06-02'),
+    (21, 5, 5, 8, 9, '2024-06-10'),
+    (22, 6, 8, 9, 7, '2024-06-18'),
+    (23, 7, 7, 10, 40, '2024-07-01'),
+    (24, 4, 2, 7, 6, '2024-07-09'),
+    (25, 2, 6, 8, 2, '2024-07-22'),
+    (26, 1, 8, 7, 20, '2024-08-05'),
+    (27, 3, 1, 9, 1, '2024-08-19'),
+    (28, 5, 2, 8, 2, '2024-09-02'),
+    (29, 7, 3, 10, 10, '2024-09-16'),
+    (30, 6, 4, 6, 5, '2024-10-01');

@@ -1,0 +1,225 @@
+"""The LangGraph text-to-SQL example: its database and reward, a dev run, and writer-only RL.
+
+The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
+in for a model (``examples/langgraph_sql/stand_in.py``); its rewards are checked by executing
+SQL on the real database. The RL run (slow) trains a tiny model built in code for two steps.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import agl
+from agl.lightning import extract_calls
+from agl.metrics import read_metrics
+from agl.testing.openai_server import OpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "langgraph_sql"
+
+
+def _example_module(name: str) -> ModuleType:
+    """Import one of the example's modules (they import each other by their plain names)."""
+    if str(EXAMPLE) not in sys.path:
+        sys.path.insert(0, str(EXAMPLE))
+    if name != "run":
+        return importlib.import_module(name)
+    # `run` is too common a name to put in sys.modules: load the script under its own name.
+    spec = importlib.util.spec_from_file_location("langgraph_sql_run", EXAMPLE / "run.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+company_db = _example_module("company_db")
+sql_agent = _example_module("sql_agent")
+stand_in = _example_module("stand_in")
+run = _example_module("run")
+
+
+@pytest.fixture
+def langchain_adapter() -> None:
+    """The example traces LangGraph with agl-langchain; without it there is nothing to run."""
+    pytest.importorskip(
+        "agl_langchain",
+        reason="the example needs the agl-langchain adapter (packages/agl-langchain), which "
+        "names each LangGraph node's calls after the node",
+    )
+
+
+# --- the data and the reward -------------------------------------------------------------------
+
+
+def test_the_questions_and_their_gold_sql_run_on_the_database() -> None:
+    questions = company_db.questions()
+    assert len(questions) == 30
+    assert len({q["id"] for q in questions}) == 30
+    assert Counter(q["split"] for q in questions) == {"train": 22, "val": 8}
+    assert company_db.questions("val") == [q for q in questions if q["split"] == "val"]
+    for question in questions:
+        assert company_db.execute(question["sql"]), question  # every answer has rows
+        assert company_db.reward(question["sql"], question["sql"]) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("predicted", "reward"),
+    [
+        # the gold is unordered: any order of the same rows is right, extra ";" is fine
+        ("SELECT name FROM departments WHERE city = 'London' ORDER BY name DESC;", 1.0),
+        ("SELECT d.name FROM departments AS d WHERE d.budget IN (800000, 450000)", 1.0),
+        ("SELECT name FROM departments WHERE city = 'Berlin'", 0.0),
+        ("SELECT name, city FROM departments WHERE city = 'London'", 0.0),  # a column more
+        ("SELECT name FROM departmentz", 0.0),  # an error
+        ("", 0.0),
+        ("DELETE FROM departments", 0.0),  # read-only: refused, and nothing is deleted
+        ("SELECT 'Sales'; SELECT 'Marketing'", 0.0),  # one statement only
+    ],
+)
+def test_reward_compares_result_sets(predicted: str, reward: float) -> None:
+    gold = "SELECT name FROM departments WHERE city = 'London'"
+    assert company_db.reward(predicted, gold) == reward
+    assert len(company_db.execute("SELECT * FROM departments")) == 5
+
+
+def test_an_ordered_gold_needs_the_same_order_and_floats_compare_rounded() -> None:
+    gold = "SELECT name FROM products WHERE category = 'Accessories' ORDER BY price"
+    assert company_db.is_ordered(gold)
+    assert company_db.reward(gold.replace("price", "price DESC"), gold) == 0.0
+    assert company_db.reward(gold.replace("price", "-price DESC"), gold) == 1.0
+    assert not company_db.is_ordered("SELECT * FROM (SELECT id FROM orders ORDER BY id) AS o")
+    average = "SELECT AVG(quantity) FROM orders"
+    assert company_db.reward("SELECT SUM(quantity) * 1.0 / COUNT(*) FROM orders", average) == 1.0
+
+
+def test_a_query_that_runs_too_long_is_stopped() -> None:
+    endless = (
+        "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
+    )
+    with pytest.raises(company_db.QueryError, match=r"longer than 0\.2 s"):
+        company_db.execute(endless, timeout=0.2)
+    with pytest.raises(company_db.QueryError, match="more than 1000 rows"):
+        company_db.execute("SELECT * FROM orders, orders AS o2, orders AS o3")
+
+
+@pytest.mark.parametrize(
+    ("text", "sql"),
+    [
+        ("```sql\nSELECT 1;\n```", "SELECT 1"),
+        ("Sure:\n```SQL\nSELECT a\nFROM t\n```\nDone.", "SELECT a\nFROM t"),
+        ("```\nSELECT 2\n```", "SELECT 2"),
+        ("```sqlite\nSELECT 3\n```", "SELECT 3"),
+        ("```sql\nSELECT name FROM employees WHERE", "SELECT name FROM employees WHERE"),  # cut
+        ("Here is the query:\nSELECT x FROM y; It counts.", "SELECT x FROM y"),
+        ("I select rows with care.\nSELECT x FROM y\n\nThat is all.", "SELECT x FROM y"),
+        ("with t AS (select 1) select * from t", "with t AS (select 1) select * from t"),
+        ("No idea, sorry.", ""),
+    ],
+)
+def test_extract_sql(text: str, sql: str) -> None:
+    assert sql_agent.extract_sql(text) == sql
+
+
+# --- a dev run against the stand-in model -------------------------------------------------------
+
+
+def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: Path) -> None:
+    questions = company_db.questions()
+    outcomes = ("right", "caught", "missed")
+    plan = {q["id"]: outcomes[i % 3] for i, q in enumerate(questions)}
+    with OpenAIServer(stand_in.script(questions, plan)) as server:
+        llm = agl.LLM(endpoint=server.url, model="stand-in")
+        result = run.dev(questions, llm, run_dir=tmp_path, console=False)
+        requests = server.request_count
+
+    assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
+    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    expected_agents = {
+        "right": ["writer", "checker"],
+        "missed": ["writer", "checker"],
+        "caught": ["writer", "checker", "rewriter", "checker"],
+    }
+    for question, outcome in zip(questions, result.results, strict=True):
+        plan_says = plan[question["id"]]
+        final_sql = stand_in.WRONG_SQL if plan_says == "missed" else question["sql"]
+        assert outcome.reward == company_db.reward(final_sql, question["sql"]), question
+        agents = [call.agent for call in extract_calls(outcome.spans).calls]
+        assert agents == expected_agents[plan_says], (question["id"], agents)
+    assert [r.reward for r in result.results] == [0.0 if i % 3 == 2 else 1.0 for i in range(30)]
+
+    stats = run.agent_stats(result.results)
+    assert {agent: s.calls for agent, s in stats.items()} == {
+        "writer": 30,
+        "checker": 40,
+        "rewriter": 10,
+    }
+    assert sum(s.calls for s in stats.values()) == requests
+    assert stats["rewriter"].rollouts == 10
+    assert stats["rewriter"].mean_reward == 1.0  # caught and fixed
+    assert stats["writer"].mean_reward == pytest.approx(20 / 30)
+
+
+def test_the_script_prints_the_table_per_agent(
+    langchain_adapter: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run.main(["--run-dir", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    rows = {line.split()[1]: line.split()[3:7:2] for line in out.splitlines() if "│" in line}
+    # the validation questions: 2 of 8 caught and rewritten, 2 missed by the checker
+    assert rows == {
+        "checker": ["10", "8"],
+        "rewriter": ["2", "2"],
+        "writer": ["8", "8"],
+    }
+    assert "mean reward 0.750 over 8 questions" in out
+
+
+# --- RL on the writer only ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_training_only_the_writer(langchain_adapter: None, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tasks = company_db.questions("train")[:2]
+    writer = run.train(
+        tasks, run_dir=tmp_path, steps=2, tasks_per_step=2, n_samples=2, max_tokens=16,
+        console=False,
+    )  # fmt: skip
+    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    assert [report.step for report in writer.reports] == [1, 2]
+    for report in writer.reports:
+        assert report.calls["writer"] == 4  # 2 questions x 2 samples, one writer call each
+        assert report.calls["checker"] >= 4
+        assert set(report.calls) <= {"writer", "checker", "rewriter"}
+        batch = report.transitions
+        drops = batch.report
+        assert drops.calls_seen == 4
+        assert drops.notes["other_agents_calls"] == report.calls.total() - 4
+        # every call's spans joined with the gateway's on the response id, each counted once
+        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+            assert drops.notes[note] == 0, (note, drops.notes)
+        # a random model may end a reply at once; every other writer call is a transition
+        assert len(batch) + drops.dropped_calls["empty_response"] == 4
+        assert len(batch) >= 1
+        for transition in batch:
+            assert transition.agent == "writer"
+            assert transition.prompt_ids
+            assert transition.response_ids
+            assert transition.response_logprobs is not None
+            assert len(transition.response_logprobs) == len(transition.response_ids)
+            prompt = tokenizer.decode(transition.prompt_ids)
+            assert sql_agent.WRITER_PROMPT in prompt
+            assert any(task["question"] in prompt for task in tasks)
+    rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
