@@ -101,12 +101,20 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[An
     (tmp_path / "trainer_agents.py").write_text(
         textwrap.dedent(
             """
-            import asyncio, os
+            import asyncio, os, pathlib, time
             import agl
+
+            SEEN = pathlib.Path(__file__).with_name("pids")
 
             @agl.rollout
             async def where(task):
-                await asyncio.sleep(0.02)
+                # Each runner process leaves its pid; rollouts wait (up to 60 s) until two
+                # processes have started, so one fast process cannot take every task.
+                SEEN.mkdir(exist_ok=True)
+                (SEEN / str(os.getpid())).touch()
+                deadline = time.monotonic() + 60
+                while len(list(SEEN.iterdir())) < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
                 agl.emit_message(f"pid {os.getpid()}")
                 return 1.0
             """
