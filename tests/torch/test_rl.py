@@ -28,6 +28,7 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # ~95 s alone on 2 cores; a busy machine can double that
 def test_quickstart_learns_with_a_fixed_seed(tmp_path: Path) -> None:
     from agl_torch.quickstart import run
 
