@@ -1,0 +1,98 @@
+"""Give the span of each Chat Completions call the id of the response the server sent.
+
+LightningRL joins a model call with the token ids agl's gateway recorded on the response's
+``id`` (``gen_ai.response.id``). A Responses API call's span has it (openinference records the
+whole response), but ``OpenAIChatCompletionsModel`` keeps only the message and usage of a chat
+completion in its ``generation`` span, never its ``id``. While instrumented, two steps of that
+model are wrapped, both run inside the generation span:
+
+- ``_fetch_response`` returns the ``ChatCompletion`` of a call that is not streamed: its ``id``
+  and ``model``;
+- ``_populate_stream_generation_span`` is handed the response a stream added up to, whose output
+  items carry the chunks' ``id`` in ``provider_data["response_id"]`` (the SDK's own note of it).
+
+openinference makes the OpenTelemetry span of each SDK span current while that span is open,
+so the id goes on the current span, and only if it is a model call's span this instrumentation
+started. No public hook of the SDK sees the raw completion; if either step is gone (another SDK
+release), neither is wrapped and a warning says that Chat Completions calls are recorded without
+their id (LightningRL then joins them with the gateway's token ids by order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import Any
+
+from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+from opentelemetry import trace as trace_api
+
+from agl import semconv
+from agl_openai_agents._spans import NormalizingSpan
+
+__all__ = ["keep_chat_response_ids"]
+
+logger = logging.getLogger("agl_openai_agents")
+
+_FETCH = "_fetch_response"
+_POPULATE_STREAM = "_populate_stream_generation_span"
+_LLM = OpenInferenceSpanKindValues.LLM.value
+
+
+def keep_chat_response_ids(undo: contextlib.ExitStack) -> None:
+    """Patch ``OpenAIChatCompletionsModel`` to record response ids; push the undoing."""
+    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel as Model
+
+    fetch = vars(Model).get(_FETCH)
+    populate = vars(Model).get(_POPULATE_STREAM)
+    if fetch is None or not isinstance(populate, staticmethod):
+        logger.warning(
+            "openai-agents' OpenAIChatCompletionsModel has no %s or %s: its calls are recorded "
+            "without their response id",
+            _FETCH,
+            _POPULATE_STREAM,
+        )
+        return
+    populate_function = populate.__func__
+
+    @functools.wraps(fetch)
+    async def fetch_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await fetch(self, *args, **kwargs)
+        if not isinstance(result, tuple):  # a stream comes as (response, chunks)
+            _record(getattr(result, "id", None), getattr(result, "model", None))
+        return result
+
+    @functools.wraps(populate_function)
+    def populate_stream_span(span: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        populated = populate_function(span, response, *args, **kwargs)
+        _record(_stream_response_id(response), None)
+        return populated
+
+    setattr(Model, _FETCH, fetch_response)
+    undo.callback(setattr, Model, _FETCH, fetch)
+    setattr(Model, _POPULATE_STREAM, staticmethod(populate_stream_span))
+    undo.callback(setattr, Model, _POPULATE_STREAM, populate)
+
+
+def _stream_response_id(response: Any) -> object:
+    for item in getattr(response, "output", None) or ():
+        provider_data = getattr(item, "provider_data", None)
+        if isinstance(provider_data, dict) and provider_data.get("response_id"):
+            return provider_data["response_id"]
+    return None
+
+
+def _record(response_id: object, model: object) -> None:
+    """Put the response's id (and model) on the current span, if it is a model call's."""
+    span = trace_api.get_current_span()
+    # openinference's span is a proxy of the one agl's provider view made: isinstance sees it.
+    if (
+        not isinstance(span, NormalizingSpan)
+        or span.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) != _LLM
+    ):
+        return
+    if isinstance(response_id, str) and response_id:
+        span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
+    if isinstance(model, str) and model:
+        span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, model)

@@ -1,0 +1,187 @@
+"""The tracer provider openinference records through: agl's, with spans completed at their end.
+
+openinference writes a span's attributes from the finished Agents SDK span just before it ends
+the OpenTelemetry span, and an OpenTelemetry span processor only sees a span once it can no
+longer change. So openinference is handed :class:`NormalizingTracerProvider`, a view of agl's
+provider whose spans add what a ``normalize`` function derives from their attributes to
+themselves when they end. Only the spans openinference starts pass through it; nothing else of
+agl's provider changes.
+
+The same view serves agl-langchain; adapters do not import each other, so each holds its copy
+until it moves to agl-core.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.util import types
+
+if TYPE_CHECKING:
+    # The type OpenTelemetry's Tracer.start_as_current_span is declared to return.
+    from opentelemetry.util._decorator import _AgnosticContextManager
+
+__all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider"]
+
+logger = logging.getLogger("agl_openai_agents")
+
+Normalize = Callable[[str, Mapping[str, Any]], Mapping[str, types.AttributeValue]]
+"""``normalize(span name, attributes)``: the attributes an ending span should also carry."""
+
+
+class NormalizingTracerProvider(trace_api.TracerProvider):
+    """A view of ``provider`` whose spans carry ``normalize``'s attributes when they end.
+
+    Args:
+        provider: agl's tracer provider (``tracer.provider``); spans are recorded there.
+        normalize: Derives the extra attributes from a span's name and attributes.
+    """
+
+    def __init__(self, provider: trace_api.TracerProvider, normalize: Normalize) -> None:
+        self._provider = provider
+        self._normalize = normalize
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: types.Attributes = None,
+    ) -> trace_api.Tracer:
+        tracer = self._provider.get_tracer(
+            instrumenting_module_name, instrumenting_library_version, schema_url, attributes
+        )
+        return _NormalizingTracer(tracer, self._normalize)
+
+
+class _NormalizingTracer(trace_api.Tracer):
+    def __init__(self, tracer: trace_api.Tracer, normalize: Normalize) -> None:
+        self._tracer = tracer
+        self._normalize = normalize
+
+    # openinference's OITracer calls ``type(tracer).start_span(oitracer, ...)`` with itself,
+    # a proxy of this tracer, as ``self``: attributes read here pass through that proxy.
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: trace_api.SpanKind = trace_api.SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[trace_api.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace_api.Span:
+        span = self._tracer.start_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+        return NormalizingSpan(span, self._normalize) if span.is_recording() else span
+
+    def start_as_current_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: trace_api.SpanKind = trace_api.SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[trace_api.Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> _AgnosticContextManager[trace_api.Span]:
+        span = self.start_span(
+            name,
+            context,
+            kind,
+            attributes,
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+        return trace_api.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        )
+
+
+class NormalizingSpan(trace_api.Span):
+    """An SDK span that adds ``normalize``'s attributes to itself just before it ends."""
+
+    def __init__(self, span: trace_api.Span, normalize: Normalize) -> None:
+        self._span = span
+        self._normalize = normalize
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        """The attributes recorded so far."""
+        span = self._span
+        return (span.attributes or {}) if isinstance(span, ReadableSpan) else {}
+
+    def end(self, end_time: int | None = None) -> None:
+        span = self._span
+        if isinstance(span, ReadableSpan) and span.is_recording():
+            try:
+                extra = self._normalize(span.name, span.attributes or {})
+            except Exception:  # a span must end whatever its attributes hold
+                logger.exception("agl could not read the attributes of span %r", span.name)
+            else:
+                span.set_attributes(extra)
+        span.end(end_time)
+
+    # --- the rest is the wrapped span's ---------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        # openinference reads SDK internals (``_attributes``) of the span it wraps.
+        return getattr(self._span, name)
+
+    def get_span_context(self) -> trace_api.SpanContext:
+        return self._span.get_span_context()
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        self._span.set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        self._span.set_attribute(key, value)
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        self._span.add_event(name, attributes, timestamp)
+
+    def add_link(self, context: trace_api.SpanContext, attributes: types.Attributes = None) -> None:
+        self._span.add_link(context, attributes)
+
+    def update_name(self, name: str) -> None:
+        self._span.update_name(name)
+
+    def is_recording(self) -> bool:
+        return self._span.is_recording()
+
+    def set_status(
+        self, status: trace_api.Status | trace_api.StatusCode, description: str | None = None
+    ) -> None:
+        self._span.set_status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        self._span.record_exception(exception, attributes, timestamp, escaped)
