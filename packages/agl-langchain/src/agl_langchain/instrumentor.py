@@ -32,7 +32,8 @@ import contextlib
 
 from agl.errors import AglError
 from agl.tracing.instrumentor import PatchingInstrumentor
-from agl_langchain._spans import NormalizingTracerProvider
+from agl.tracing.normalizing import NormalizingTracerProvider
+from agl_langchain._normalize import agl_attributes
 from agl_langchain._stream_ids import keep_stream_response_ids
 
 __all__ = ["LangChainInstrumentor"]
@@ -66,7 +67,7 @@ class LangChainInstrumentor(PatchingInstrumentor):
                 "application's own tracing): uninstrument it before instrumenting it for agl"
             )
         openinference.instrument(
-            tracer_provider=NormalizingTracerProvider(self.tracer.provider),
+            tracer_provider=NormalizingTracerProvider(self.tracer.provider, agl_attributes),
             config=TraceConfig(enable_genai_semconv=True),
         )
         undo.callback(openinference.uninstrument)

@@ -29,7 +29,7 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace as trace_api
 
 from agl import semconv
-from agl_openai_agents._spans import NormalizingSpan
+from agl.tracing.normalizing import NormalizingSpan
 
 __all__ = ["keep_chat_response_ids"]
 

@@ -45,9 +45,9 @@ import contextlib
 
 from agl.errors import AglError
 from agl.tracing.instrumentor import PatchingInstrumentor
+from agl.tracing.normalizing import NormalizingTracerProvider
 from agl_openai_agents._normalize import agl_attributes
 from agl_openai_agents._response_ids import keep_chat_response_ids
-from agl_openai_agents._spans import NormalizingTracerProvider
 
 __all__ = ["OpenAIAgentsInstrumentor"]
 

@@ -1,16 +1,20 @@
 """The tracer provider openinference records through: agl's, with spans completed at their end.
 
-openinference builds each span's attributes from the finished LangChain run just before it ends
-the span, and an OpenTelemetry span processor only sees a span once it can no longer change. So
-openinference is handed :class:`NormalizingTracerProvider`, a view of agl's provider whose spans
-add :func:`agl_langchain._normalize.agl_attributes` to themselves when ended. Only the spans
-openinference starts pass through it; nothing else of agl's provider changes.
+openinference writes a span's attributes from the finished framework run (a LangChain run, an
+Agents SDK span) just before it ends the OpenTelemetry span, and an OpenTelemetry span processor
+only sees a span once it can no longer change. So openinference is handed
+:class:`NormalizingTracerProvider`, a view of agl's provider whose spans add what a
+``normalize`` function derives from their attributes to themselves when they end. Only the
+spans openinference starts pass through it; nothing else of agl's provider changes.
+
+Framework adapters built on openinference (agl-langchain, agl-openai-agents) share it: each
+passes its own ``normalize``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as trace_api
@@ -18,26 +22,29 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util import types
 
-from agl_langchain._normalize import agl_attributes
-
 if TYPE_CHECKING:
     # The type OpenTelemetry's Tracer.start_as_current_span is declared to return.
     from opentelemetry.util._decorator import _AgnosticContextManager
 
-__all__ = ["NormalizingTracerProvider"]
+__all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider"]
 
-logger = logging.getLogger("agl_langchain")
+logger = logging.getLogger("agl.tracing")
+
+Normalize = Callable[[str, Mapping[str, Any]], Mapping[str, types.AttributeValue]]
+"""``normalize(span name, attributes)``: the attributes an ending span should also carry."""
 
 
 class NormalizingTracerProvider(trace_api.TracerProvider):
-    """A view of ``provider`` whose spans carry agl's attributes when they end.
+    """A view of ``provider`` whose spans carry ``normalize``'s attributes when they end.
 
     Args:
         provider: agl's tracer provider (``tracer.provider``); spans are recorded there.
+        normalize: Derives the extra attributes from a span's name and attributes.
     """
 
-    def __init__(self, provider: trace_api.TracerProvider) -> None:
+    def __init__(self, provider: trace_api.TracerProvider, normalize: Normalize) -> None:
         self._provider = provider
+        self._normalize = normalize
 
     def get_tracer(
         self,
@@ -49,12 +56,13 @@ class NormalizingTracerProvider(trace_api.TracerProvider):
         tracer = self._provider.get_tracer(
             instrumenting_module_name, instrumenting_library_version, schema_url, attributes
         )
-        return _NormalizingTracer(tracer)
+        return _NormalizingTracer(tracer, self._normalize)
 
 
 class _NormalizingTracer(trace_api.Tracer):
-    def __init__(self, tracer: trace_api.Tracer) -> None:
+    def __init__(self, tracer: trace_api.Tracer, normalize: Normalize) -> None:
         self._tracer = tracer
+        self._normalize = normalize
 
     # openinference's OITracer calls ``type(tracer).start_span(oitracer, ...)`` with itself,
     # a proxy of this tracer, as ``self``: attributes read here pass through that proxy.
@@ -79,7 +87,7 @@ class _NormalizingTracer(trace_api.Tracer):
             record_exception,
             set_status_on_exception,
         )
-        return _NormalizingSpan(span) if span.is_recording() else span
+        return NormalizingSpan(span, self._normalize) if span.is_recording() else span
 
     def start_as_current_span(
         self,
@@ -111,17 +119,24 @@ class _NormalizingTracer(trace_api.Tracer):
         )
 
 
-class _NormalizingSpan(trace_api.Span):
-    """An SDK span that adds agl's attributes to itself just before it ends."""
+class NormalizingSpan(trace_api.Span):
+    """An SDK span that adds ``normalize``'s attributes to itself just before it ends."""
 
-    def __init__(self, span: trace_api.Span) -> None:
+    def __init__(self, span: trace_api.Span, normalize: Normalize) -> None:
         self._span = span
+        self._normalize = normalize
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        """The attributes recorded so far."""
+        span = self._span
+        return (span.attributes or {}) if isinstance(span, ReadableSpan) else {}
 
     def end(self, end_time: int | None = None) -> None:
         span = self._span
         if isinstance(span, ReadableSpan) and span.is_recording():
             try:
-                extra = agl_attributes(span.name, span.attributes or {})
+                extra = self._normalize(span.name, span.attributes or {})
             except Exception:  # a span must end whatever its attributes hold
                 logger.exception("agl could not read the attributes of span %r", span.name)
             else:
