@@ -70,7 +70,7 @@ def runner_command(
             worker_id=worker_id,
             max_rollouts=max_rollouts,
             drain_timeout=drain_timeout,
-            instrument=instrument or (),
+            instrument=instrument or None,
         )
         console.print(
             f"[bold]agl runner[/] {runner.worker_id}: agent [cyan]{lit.name}[/], "

@@ -56,10 +56,28 @@ from agl.resources import LLM, Resource
 from agl.rollouts import AttemptStatus, Claim
 from agl.store.base import Store
 
-__all__ = ["Runner", "RunnerStats"]
+__all__ = ["Runner", "RunnerStats", "auto_instrumentation", "enable_auto_instrumentation"]
 
 logger = logging.getLogger("agl.runner")
 T = TypeVar("T")
+
+
+_AUTO_INSTRUMENT = False
+
+
+def enable_auto_instrumentation() -> None:
+    """Make runners created from now on in this process trace every installed library.
+
+    What ``import agl.auto`` does. A runner given ``instrument=[...]`` explicitly still traces
+    exactly those.
+    """
+    global _AUTO_INSTRUMENT  # noqa: PLW0603 - a process-wide switch, set once
+    _AUTO_INSTRUMENT = True
+
+
+def auto_instrumentation() -> bool:
+    """Whether ``import agl.auto`` (:func:`enable_auto_instrumentation`) has run."""
+    return _AUTO_INSTRUMENT
 
 
 @dataclass
@@ -106,7 +124,9 @@ class Runner:
         handle_signals: Stop on SIGINT/SIGTERM (only when running in the main thread).
         instrument: Libraries to trace while running, by instrumentor name: ``"openai"``
             records every call the ``openai`` client makes as an LLM span of the rollout it was
-            made in; plugins add more (``agl plugins`` lists them).
+            made in; plugins add more (``agl plugins`` lists them). None (the default): none,
+            or every installed one once ``import agl.auto`` has run in this process (an agent
+            module that imports it is traced by any runner that loads it).
 
     Plugins implementing ``agl_rollout_start`` / ``agl_rollout_end`` (see :mod:`agl.hookspecs`)
     are called before and after each attempt.
@@ -125,7 +145,7 @@ class Runner:
         max_rollouts: int | None = None,
         tracer: Any = None,
         handle_signals: bool = True,
-        instrument: Sequence[str] = (),
+        instrument: Sequence[str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
@@ -144,6 +164,8 @@ class Runner:
         from agl import plugins
 
         known = plugins.instrumentor_factories()
+        if instrument is None:
+            instrument = sorted(known) if auto_instrumentation() else []
         unknown = sorted(set(instrument) - set(known))
         if unknown:
             raise InvalidInputError(

@@ -106,7 +106,9 @@ class Trainer:
         console: Print metrics lines and the summary (a :class:`rich.console.Console`, or
             True for stderr).
         plot: Draw the reward curve to ``run_dir/reward.png`` at the end (needs matplotlib).
-        instrument: Libraries the runners trace (``"openai"``: every call of the openai client).
+        instrument: Libraries the runners trace (``"openai"``: every call of the openai client;
+            ``agl plugins`` lists the rest). None: none, or every installed one after
+            ``import agl.auto``.
     """
 
     def __init__(
@@ -122,7 +124,7 @@ class Trainer:
         progress: bool = True,
         console: bool | Console = True,
         plot: bool = True,
-        instrument: Sequence[str] = (),
+        instrument: Sequence[str] | None = None,
     ) -> None:
         if n_runners < 1:
             raise InvalidInputError(f"n_runners must be at least 1, got {n_runners}")
@@ -141,7 +143,7 @@ class Trainer:
         else:
             self.console = Console(stderr=True) if console else None
         self.plot = plot
-        self.instrument = list(instrument)
+        self.instrument = None if instrument is None else list(instrument)
 
     # --- entry points -----------------------------------------------------------------------
 
@@ -380,7 +382,7 @@ class _Runners:
         store: Store,
         count: int,
         concurrency: int,
-        instrument: list[str],
+        instrument: list[str] | None,
     ) -> None:
         self.agent = agent
         self.instrument = instrument
@@ -468,7 +470,7 @@ def _runner_process(
     token: str | None,
     concurrency: int,
     worker_id: str,
-    instrument: list[str],
+    instrument: list[str] | None,
 ) -> None:
     """A runner process's main: run until SIGTERM."""
     from agl.runner import Runner
