@@ -24,7 +24,8 @@ class RolloutResult:
         spans: The spans of the latest attempt, in sequence order.
         rewards: The primary value of every reward span of the latest attempt, in order.
         reward: The final reward: the last of ``rewards`` (None when there is none).
-        llm_calls: LLM calls the latest attempt made (gateway calls, else instrumented calls).
+        llm_calls: LLM calls the latest attempt made (gateway calls, else instrumented calls,
+            one per response id when two instrumentations recorded a call).
         error: Why the latest attempt did not succeed (None when it did).
     """
 
@@ -73,13 +74,28 @@ def final_reward(spans: Sequence[Span]) -> float | None:
     return rewards[-1] if rewards else None
 
 
+def _instrumented_calls(spans: list[Span]) -> int:
+    """LLM spans, a call two instrumentations recorded (same response id) counted once."""
+    ids: set[object] = set()
+    without_id = 0
+    for span in spans:
+        if span_type(span) != semconv.SPAN_TYPE_LLM:
+            continue
+        response_id = span.attributes.get(semconv.GEN_AI_RESPONSE_ID)
+        if response_id is None:
+            without_id += 1
+        else:
+            ids.add(response_id)
+    return len(ids) + without_id
+
+
 def summarize(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -> RolloutResult:
     """Build a :class:`RolloutResult` from a rollout, its attempts and its spans (any attempt)."""
     latest = rollout.latest_attempt_id
     own = [span for span in spans if span.attempt_id == latest]
     rewards = _rewards(own)
     gateway = sum(1 for span in own if span_type(span) == semconv.SPAN_TYPE_GATEWAY)
-    llm = sum(1 for span in own if span_type(span) == semconv.SPAN_TYPE_LLM)
+    llm = _instrumented_calls(own)
     error = None
     if rollout.status != RolloutStatus.SUCCEEDED:
         last = attempts[-1] if attempts else None

@@ -1,0 +1,135 @@
+"""AutoGen math with a calculator tool: one pass over the word problems, and a table per agent.
+
+::
+
+    # one pass over the problems, with a scripted stand-in model (no model needed)
+    uv run --no-sync python examples/autogen_math/run.py
+    # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
+    uv run --no-sync python examples/autogen_math/run.py \\
+        --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+
+The agent (``math_agent.py``) is an AutoGen ``AssistantAgent`` named ``solver`` with a
+``calculator`` ``FunctionTool``; the reward is whether its final message contains the right
+number. The runners trace it with agl's AutoGen instrumentation (``agl-autogen``), which names
+every agent turn's span after the agent, and with agl's OpenAI instrumentation (the same call,
+recorded twice, counts once). ``Trainer.dev`` prints every rollout, then this script prints a
+table per agent: its LLM calls and the mean reward of the rollouts it took part in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from math_agent import math_agent, problems
+from rich.console import Console
+from rich.table import Table
+
+import agl
+from agl.lightning import extract_calls
+from agl.results import RolloutResult
+
+__all__ = ["INSTRUMENT", "AgentStats", "agent_stats", "dev", "main"]
+
+INSTRUMENT = ["autogen", "openai"]
+"""What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
+each tool call is a tool span), and the openai client underneath
+``OpenAIChatCompletionClient`` (the same call, recorded twice, counts once)."""
+
+
+@dataclass
+class AgentStats:
+    """One agent's share of a run."""
+
+    calls: int = 0
+    rollouts: int = 0
+    """Rollouts in which the agent made at least one call."""
+    rewards: list[float] = field(default_factory=list)
+    """The final rewards of those rollouts (0 for a rollout without one)."""
+
+    @property
+    def mean_reward(self) -> float:
+        return statistics.fmean(self.rewards) if self.rewards else 0.0
+
+
+def agent_stats(results: Sequence[RolloutResult]) -> dict[str, AgentStats]:
+    """LLM calls per agent, read from the rollouts' spans (``"-"`` for calls of no agent)."""
+    stats: dict[str, AgentStats] = {}
+    for result in results:
+        calls = Counter(call.agent or "-" for call in extract_calls(result.spans).calls)
+        for agent, count in calls.items():
+            entry = stats.setdefault(agent, AgentStats())
+            entry.calls += count
+            entry.rollouts += 1
+            entry.rewards.append(result.reward or 0.0)
+    return stats
+
+
+def dev(
+    tasks: Sequence[Mapping[str, Any]],
+    llm: agl.LLM,
+    *,
+    run_dir: Path,
+    console: bool | Console = True,
+) -> agl.FitResult:
+    """Run the agent once over ``tasks`` with ``llm``; nothing is trained."""
+    trainer = agl.Trainer(
+        run_dir=run_dir,
+        resources={"llm": llm},
+        concurrency=8,
+        instrument=INSTRUMENT,
+        console=console,
+        progress=console is not False,
+        plot=False,
+    )
+    return trainer.dev(math_agent, list(tasks))
+
+
+def _agents_table(stats: Mapping[str, AgentStats]) -> Table:
+    table = Table(title="LLM calls per agent", title_justify="left")
+    for column in ("agent", "LLM calls", "rollouts", "mean reward"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for agent, entry in sorted(stats.items()):
+        table.add_row(agent, str(entry.calls), str(entry.rollouts), f"{entry.mean_reward:.3f}")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/autogen-math"))
+    parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
+    parser.add_argument("--model", default="stand-in", help="the model name to ask for")
+    parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
+    args = parser.parse_args(argv)
+    out = Console()
+    log: bool | Console = not args.quiet
+    tasks = problems()
+
+    if args.endpoint is not None:
+        llm = agl.LLM(endpoint=args.endpoint, model=args.model)
+        result = dev(tasks, llm, run_dir=args.run_dir, console=log)
+    else:
+        import stand_in
+
+        from agl.testing.openai_server import OpenAIServer
+
+        plan = stand_in.default_plan(tasks)
+        with OpenAIServer(stand_in.script(tasks, plan)) as server:
+            llm = agl.LLM(endpoint=server.url, model=args.model)
+            result = dev(tasks, llm, run_dir=args.run_dir, console=log)
+    out.print(_agents_table(agent_stats(result.results)))
+    rewards = [r.reward or 0.0 for r in result.results]
+    out.print(
+        f"mean reward {statistics.fmean(rewards):.3f} over {len(rewards)} problems; "
+        f"traces: agl rollouts list --store {result.store_url}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The AutoGen math example: its problems, the calculator, the reward, and a dev run.
+
+The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
+in for a model (``examples/autogen_math/stand_in.py``): for each problem it calls the calculator
+with the right expression (or, for a few, a wrong one) and then quotes the tool's result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import agl
+from agl import semconv
+from agl.lightning import extract_calls
+from agl.testing.openai_server import OpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "autogen_math"
+
+
+def _load(name: str, alias: str) -> ModuleType:
+    """Load the example's ``name``.py as module ``alias`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(alias, EXAMPLE / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def _our_stand_in() -> Iterator[None]:
+    """``import stand_in`` gives this example's while it lasts (the LangGraph one has one too)."""
+    before = sys.modules.get("stand_in")
+    sys.modules["stand_in"] = stand_in
+    try:
+        yield
+    finally:
+        if before is None:
+            del sys.modules["stand_in"]
+        else:
+            sys.modules["stand_in"] = before
+
+
+pytest.importorskip("autogen_agentchat", reason="the example needs autogen-agentchat")
+pytest.importorskip("autogen_ext.models.openai", reason="the example needs autogen-ext[openai]")
+
+# The example's modules import each other by their plain names; `math_agent` is unique, while
+# `stand_in` and `run` are names other examples use too: load those under names of their own.
+if str(EXAMPLE) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE))
+math_agent = importlib.import_module("math_agent")
+stand_in = _load("stand_in", "autogen_math_stand_in")
+run = _load("run", "autogen_math_run")
+
+
+@pytest.fixture
+def autogen_adapter() -> None:
+    """The example traces AutoGen with agl-autogen; without it there is nothing to run."""
+    pytest.importorskip(
+        "agl_autogen",
+        reason="the example needs the agl-autogen adapter (packages/agl-autogen), which "
+        "names each agent turn's calls after the agent",
+    )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# --- the data, the calculator and the reward ---------------------------------------------------
+
+
+def test_the_problems_and_their_expressions() -> None:
+    problems = math_agent.problems()
+    assert len(problems) == 20
+    assert len({p["id"] for p in problems}) == 20
+    for problem in problems:
+        assert isinstance(problem["answer"], int)
+        assert math_agent.evaluate(problem["expression"]) == problem["answer"], problem
+        # the stand-in's mistake gives a different number for every problem
+        wrong = math_agent.evaluate(stand_in.wrong_expression(problem["expression"]))
+        assert wrong != problem["answer"], problem
+
+
+@pytest.mark.parametrize(
+    ("expression", "result"),
+    [
+        ("2 + 3 * 4", "14"),
+        ("(2 + 3) * 4", "20"),
+        ("7 / 2", "3.5"),
+        ("-3 + +5", "2"),
+        ("1.5 * 4", "6"),
+        ("10 / 3", "3.33333"),
+        ("1 / 0", "error: division by zero"),
+        ("2 ** 10", "error: only numbers and + - * / are allowed: '2 ** 10'"),
+        ("__import__('os')", "error: only numbers and + - * / are allowed: \"__import__('os')\""),
+        ("2 +", "error: not an arithmetic expression: '2 +'"),
+        ("'3' * 3", "error: only numbers and + - * / are allowed: \"'3'\""),
+        ("True * 3", "error: only numbers and + - * / are allowed: 'True'"),
+    ],
+)
+@pytest.mark.anyio
+async def test_calculator(expression: str, result: str) -> None:
+    assert await math_agent.calculator(expression) == result
+
+
+@pytest.mark.parametrize(
+    ("final", "reward"),
+    [
+        ("The answer is 168.", 1.0),
+        ("22,400 metres", 1.0),
+        ("It is 168.0", 1.0),
+        ("The answer is 167.", 0.0),
+        ("1680", 0.0),
+        ("no idea", 0.0),
+    ],
+)
+def test_reward_looks_for_the_number(final: str, reward: float) -> None:
+    answer = 22400 if "22,400" in final else 168
+    assert math_agent.reward(final, answer) == reward
+
+
+# --- a dev run against the stand-in model -------------------------------------------------------
+
+
+def test_dev_run_rewards_calls_and_tools(autogen_adapter: None, tmp_path: Path) -> None:
+    problems = math_agent.problems()
+    plan = stand_in.default_plan(problems)
+    assert list(plan.values()).count("wrong") == 4
+    with OpenAIServer(stand_in.script(problems, plan)) as server:
+        llm = agl.LLM(endpoint=server.url, model="stand-in")
+        result = run.dev(problems, llm, run_dir=tmp_path, console=False)
+        requests = server.request_count
+
+    assert [r.rollout.input["id"] for r in result.results] == [p["id"] for p in problems]
+    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    assert [r.reward for r in result.results] == [
+        0.0 if plan[p["id"]] == "wrong" else 1.0 for p in problems
+    ]
+    for problem, outcome in zip(problems, result.results, strict=True):
+        calls = extract_calls(outcome.spans).calls
+        assert [call.agent for call in calls] == ["solver", "solver"], problem["id"]
+        assert all(call.response_id for call in calls), problem["id"]
+        # the LLM resource is an external one: the dev run serves it through no gateway
+        tools = [s for s in outcome.spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == "tool"]
+        assert [s.attributes[semconv.AGL_TOOL_NAME] for s in tools] == ["calculator"]
+        expression = problem["expression"]
+        if plan[problem["id"]] == "wrong":
+            expression = stand_in.wrong_expression(expression)
+        arguments = json.loads(str(tools[0].attributes[semconv.AGL_TOOL_ARGUMENTS]))
+        assert arguments == {"expression": expression}
+        tool_result = tools[0].attributes[semconv.AGL_TOOL_RESULT]
+        assert tool_result == str(int(math_agent.evaluate(expression)))
+
+    stats = run.agent_stats(result.results)
+    assert set(stats) == {"solver"}
+    assert stats["solver"].calls == 40 == requests
+    assert stats["solver"].rollouts == 20
+    assert stats["solver"].mean_reward == pytest.approx(16 / 20)
+
+
+def test_the_script_prints_the_table_per_agent(
+    autogen_adapter: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _our_stand_in():
+        run.main(["--run-dir", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
+    assert rows == {"solver": ["40", "20", "0.800"]}
+    assert "mean reward 0.800 over 20 problems" in out
