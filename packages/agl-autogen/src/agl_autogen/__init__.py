@@ -17,8 +17,9 @@ neither AutoGen nor openinference.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
+
+from agl.tracing.instrumentor import ScriptInstrumentation
 
 if TYPE_CHECKING:
     import agl
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 __all__ = ["AutogenInstrumentor", "instrument", "uninstrument"]
 
 
-class _Active:
-    """The instrumentor :func:`instrument` started, if it is still active."""
+def _build(tracer: agl.Tracer) -> AutogenInstrumentor:
+    from agl_autogen.instrumentor import AutogenInstrumentor
 
-    lock = threading.Lock()
-    instrumentor: AutogenInstrumentor | None = None
+    return AutogenInstrumentor(tracer)
+
+
+_script: ScriptInstrumentation[AutogenInstrumentor] = ScriptInstrumentation(_build)
 
 
 def instrument(tracer: agl.Tracer) -> AutogenInstrumentor:
@@ -43,27 +46,12 @@ def instrument(tracer: agl.Tracer) -> AutogenInstrumentor:
     Returns:
         The instrumentor, for code that wants to manage it itself.
     """
-    from agl_autogen.instrumentor import AutogenInstrumentor
-
-    with _Active.lock:
-        active = _Active.instrumentor
-        if active is not None and active.tracer is tracer:
-            return active
-        if active is not None:
-            active.uninstrument()
-            _Active.instrumentor = None
-        instrumentor = AutogenInstrumentor(tracer)
-        instrumentor.instrument()
-        _Active.instrumentor = instrumentor
-        return instrumentor
+    return _script.instrument(tracer)
 
 
 def uninstrument() -> None:
     """Stop what :func:`instrument` started (nothing happens if it is not active)."""
-    with _Active.lock:
-        if _Active.instrumentor is not None:
-            _Active.instrumentor.uninstrument()
-            _Active.instrumentor = None
+    _script.uninstrument()
 
 
 def __getattr__(name: str) -> Any:

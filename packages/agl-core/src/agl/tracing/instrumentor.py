@@ -13,20 +13,23 @@ and :meth:`Instrumentor.uninstrument` after the last. The contract, which
 - after ``uninstrument()`` every patch and callback is gone and the framework records nothing.
 
 :class:`PatchingInstrumentor` gives that contract for free to an instrumentor whose work is a
-list of patches, each undone by a callback.
+list of patches, each undone by a callback. :class:`ScriptInstrumentation` is the
+``instrument(tracer)`` / ``uninstrument()`` pair adapters offer scripts that run their own
+rollouts.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from agl.tracing.tracer import Tracer
 
-__all__ = ["Instrumentor", "InstrumentorFactory", "PatchingInstrumentor"]
+__all__ = ["Instrumentor", "InstrumentorFactory", "PatchingInstrumentor", "ScriptInstrumentation"]
 
 
 @runtime_checkable
@@ -97,3 +100,49 @@ class PatchingInstrumentor(abc.ABC):
     @abc.abstractmethod
     def apply(self, undo: contextlib.ExitStack) -> None:
         """Install the instrumentation; push the undoing of each step onto ``undo``."""
+
+
+_I = TypeVar("_I", bound=Instrumentor)
+
+
+class ScriptInstrumentation(Generic[_I]):
+    """One instrumentor a script turns on for a tracer, and off again (adapters' module API).
+
+    ::
+
+        _script = ScriptInstrumentation(lambda tracer: MyInstrumentor(tracer))
+        instrument, uninstrument = _script.instrument, _script.uninstrument
+
+    :meth:`instrument` with the tracer already instrumented does nothing; with another tracer,
+    it moves the tracing there. Thread safe.
+    """
+
+    def __init__(self, factory: Callable[[Tracer], _I]) -> None:
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._active: _I | None = None
+        self._tracer: Tracer | None = None
+
+    def instrument(self, tracer: Tracer) -> _I:
+        """Trace the framework into ``tracer``'s rollouts until :meth:`uninstrument`.
+
+        Returns:
+            The instrumentor, for code that wants to manage it itself.
+        """
+        with self._lock:
+            if self._active is not None and self._tracer is tracer:
+                return self._active
+            if self._active is not None:
+                self._active.uninstrument()
+                self._active = None
+            instrumentor = self._factory(tracer)
+            instrumentor.instrument()
+            self._active, self._tracer = instrumentor, tracer
+            return instrumentor
+
+    def uninstrument(self) -> None:
+        """Stop what :meth:`instrument` started (nothing happens if it is not active)."""
+        with self._lock:
+            if self._active is not None:
+                self._active.uninstrument()
+                self._active, self._tracer = None, None
