@@ -20,54 +20,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from math_agent import math_agent, problems
 from rich.console import Console
-from rich.table import Table
 
 import agl
-from agl.lightning import extract_calls
-from agl.results import RolloutResult
+from agl.lightning import agent_stats, agents_table
 
-__all__ = ["INSTRUMENT", "AgentStats", "agent_stats", "dev", "main"]
+__all__ = ["INSTRUMENT", "dev", "main"]
 
 INSTRUMENT = ["autogen", "openai"]
 """What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
 each tool call is a tool span), and the openai client underneath
 ``OpenAIChatCompletionClient`` (the same call, recorded twice, counts once)."""
-
-
-@dataclass
-class AgentStats:
-    """One agent's share of a run."""
-
-    calls: int = 0
-    rollouts: int = 0
-    """Rollouts in which the agent made at least one call."""
-    rewards: list[float] = field(default_factory=list)
-    """The final rewards of those rollouts (0 for a rollout without one)."""
-
-    @property
-    def mean_reward(self) -> float:
-        return statistics.fmean(self.rewards) if self.rewards else 0.0
-
-
-def agent_stats(results: Sequence[RolloutResult]) -> dict[str, AgentStats]:
-    """LLM calls per agent, read from the rollouts' spans (``"-"`` for calls of no agent)."""
-    stats: dict[str, AgentStats] = {}
-    for result in results:
-        calls = Counter(call.agent or "-" for call in extract_calls(result.spans).calls)
-        for agent, count in calls.items():
-            entry = stats.setdefault(agent, AgentStats())
-            entry.calls += count
-            entry.rollouts += 1
-            entry.rewards.append(result.reward or 0.0)
-    return stats
 
 
 def dev(
@@ -88,15 +56,6 @@ def dev(
         plot=False,
     )
     return trainer.dev(math_agent, list(tasks))
-
-
-def _agents_table(stats: Mapping[str, AgentStats]) -> Table:
-    table = Table(title="LLM calls per agent", title_justify="left")
-    for column in ("agent", "LLM calls", "rollouts", "mean reward"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
-    for agent, entry in sorted(stats.items()):
-        table.add_row(agent, str(entry.calls), str(entry.rollouts), f"{entry.mean_reward:.3f}")
-    return table
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -123,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         with OpenAIServer(stand_in.script(tasks, plan)) as server:
             llm = agl.LLM(endpoint=server.url, model=args.model)
             result = dev(tasks, llm, run_dir=args.run_dir, console=log)
-    out.print(_agents_table(agent_stats(result.results)))
+    out.print(agents_table(agent_stats(result.results)))
     rewards = [r.reward or 0.0 for r in result.results]
     out.print(
         f"mean reward {statistics.fmean(rewards):.3f} over {len(rewards)} problems; "

@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 import agl
+import agl.lightning
 import agl.metrics
 from agl.testing.openai_server import OpenAIServer, echo
 
@@ -94,6 +95,37 @@ def test_dev_prints_each_rollout(tmp_path: Path) -> None:
     assert "ValueError: negative input -3" in text
     for r in result.results:
         assert r.rollout.rollout_id in text
+
+
+@agl.rollout
+async def two_agents(task: str, llm: agl.LLM) -> float:
+    async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0) as client:
+        for name in ("writer", "checker", "checker"):
+            with agl.agent_span(name):
+                await client.chat.completions.create(
+                    model=llm.model, messages=[{"role": "user", "content": task}]
+                )
+    return 0.5
+
+
+def test_dev_prints_llm_calls_per_agent_of_a_multi_agent_system(tmp_path: Path) -> None:
+    out, buffer = console()
+    with OpenAIServer() as server:
+        trainer = agl.Trainer(
+            run_dir=tmp_path,
+            console=out,
+            store="memory://",
+            resources={"llm": agl.LLM(endpoint=server.url, model="m")},
+            instrument=["openai"],
+        )
+        result = trainer.dev(two_agents, ["a", "b"])
+    stats = agl.lightning.agent_stats(result.results)
+    assert {agent: (s.calls, s.rollouts, s.mean_reward) for agent, s in stats.items()} == {
+        "writer": (2, 2, 0.5),
+        "checker": (4, 2, 0.5),
+    }
+    rows = [line.split() for line in buffer.getvalue().splitlines() if "writer" in line]
+    assert ["│", "writer", "│", "2", "│", "2", "│", "0.500", "│"] in rows
 
 
 @pytest.fixture

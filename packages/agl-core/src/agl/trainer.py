@@ -194,6 +194,11 @@ class Trainer:
         result.results = algorithm.results
         if self.console is not None:
             self.console.print(_dev_table(algorithm.results))
+            from agl.lightning import agent_stats, agents_table
+
+            stats = agent_stats(algorithm.results)
+            if any(agent != "-" for agent in stats):  # a multi-agent system: calls per agent
+                self.console.print(agents_table(stats))
         return result
 
     # --- one run ----------------------------------------------------------------------------

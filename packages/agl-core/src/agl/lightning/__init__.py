@@ -2,10 +2,12 @@
 
 See :class:`LightningRL` for the whole path, and the modules for each part: :mod:`.calls`
 (joining and attributing LLM calls), :mod:`.credit` (returns per call), :mod:`.advantages`
-(group baselines), :mod:`.transitions` (samples, batches, tensors and files).
+(group baselines), :mod:`.transitions` (samples, batches, tensors and files), :mod:`.agents`
+(per-agent figures of a batch).
 """
 
 from agl.lightning.advantages import GRPO, RLOO, AdvantageEstimator, Group, Reinforce
+from agl.lightning.agents import AgentStats, agent_stats, agents_table
 from agl.lightning.builder import INFRASTRUCTURE_STATUSES, AgentSelector, LightningRL
 from agl.lightning.calls import AttemptCalls, LLMCall, extract_calls
 from agl.lightning.credit import CreditAssigner, DiscountedReturn, FinalReward, StepRewards
@@ -17,6 +19,7 @@ __all__ = [
     "RLOO",
     "AdvantageEstimator",
     "AgentSelector",
+    "AgentStats",
     "AttemptCalls",
     "CreditAssigner",
     "DiscountedReturn",
@@ -29,5 +32,7 @@ __all__ = [
     "StepRewards",
     "Transition",
     "TransitionBatch",
+    "agent_stats",
+    "agents_table",
     "extract_calls",
 ]
