@@ -1,8 +1,25 @@
-"""Test-suite wide hooks: ``gpu``-marked tests skip cleanly on machines without CUDA."""
+"""Test-suite wide hooks and fixtures.
+
+- ``gpu``-marked tests skip cleanly on machines without CUDA.
+- anyio runs async tests on asyncio.
+- The rig the framework-adapter tests share: a scripted OpenAI-compatible ``upstream`` (one per
+  module), a memory ``store``, a ``tracer`` into it, and agl's ``gateway`` in front of the
+  upstream (answering with ``echo``; a module overrides ``gateway`` for another script).
+  Modules that define fixtures of the same names use their own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    import agl
+    from agl.gateway.serve import GatewayServer
+    from agl.store.memory import MemoryStore
+    from agl.testing.openai_server import OpenAIServer
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -20,3 +37,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device (none found)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[OpenAIServer]:
+    from agl.testing.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[MemoryStore]:
+    from agl.store.memory import MemoryStore
+
+    async with MemoryStore() as store:
+        yield store
+
+
+@pytest.fixture
+def tracer(store: MemoryStore) -> Iterator[agl.Tracer]:
+    import agl
+
+    with agl.Tracer(store) as tracer:
+        yield tracer
+
+
+@pytest.fixture
+def gateway(upstream: OpenAIServer, store: MemoryStore) -> Iterator[GatewayServer]:
+    from agl.gateway.serve import GatewayServer
+    from agl.testing.openai_server import echo
+
+    upstream.script = echo
+    with GatewayServer([upstream.url], store) as server:
+        yield server

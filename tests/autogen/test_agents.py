@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +29,7 @@ from agl.gateway import GatewayServer
 from agl.lightning import AttemptCalls, extract_calls
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
-from agl.testing.openai_server import OpenAIServer, decode, echo, sequence, tool_reply
+from agl.testing.openai_server import OpenAIServer, decode, sequence, tool_reply
 from agl.tracing.openai import OpenAIInstrumentation
 from agl_autogen.instrumentor import AutogenInstrumentor
 
@@ -56,36 +56,6 @@ def team(client: OpenAIChatCompletionClient) -> RoundRobinGroupChat:
     writer = AssistantAgent("writer", model_client=client, system_message="Write one line.")
     critic = AssistantAgent("critic", model_client=client, system_message="Critique the line.")
     return RoundRobinGroupChat([writer, critic], termination_condition=MaxMessageTermination(3))
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
-    async with MemoryStore() as store:
-        yield store
-
-
-@pytest.fixture
-def gateway(upstream: OpenAIServer, store: MemoryStore) -> Iterator[GatewayServer]:
-    upstream.script = echo
-    with GatewayServer([upstream.url], store) as server:
-        yield server
-
-
-@pytest.fixture
-def tracer(store: MemoryStore) -> Iterator[agl.Tracer]:
-    with agl.Tracer(store) as tracer:
-        yield tracer
 
 
 @pytest.fixture

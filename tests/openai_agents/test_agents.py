@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -60,33 +60,10 @@ def route(request: dict[str, Any]) -> Reply:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
-    async with MemoryStore() as store:
-        yield store
-
-
-@pytest.fixture
 def gateway(upstream: OpenAIServer, store: MemoryStore) -> Iterator[GatewayServer]:
     upstream.script = route
     with GatewayServer([upstream.url], store) as server:
         yield server
-
-
-@pytest.fixture
-def tracer(store: MemoryStore) -> Iterator[agl.Tracer]:
-    with agl.Tracer(store) as tracer:
-        yield tracer
 
 
 @pytest.fixture

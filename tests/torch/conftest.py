@@ -47,11 +47,6 @@ def forward_logprobs() -> Callable[[Any, Sequence[int], Sequence[int]], torch.Te
     return forward
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="session")
 def tokenizer(tiny_model_dir: Path) -> Any:
     """The tiny model's tokenizer."""
