@@ -1,4 +1,4 @@
-"""The README's main job: an agent over a dataset through the trainer, traces kept on disk."""
+"""examples/run_agent.py: an agent over a dataset through the trainer, traces kept on disk."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's main job runs and does what it says."""
+"""examples/store_demo.py runs and does what it says."""
 
 from __future__ import annotations
 
