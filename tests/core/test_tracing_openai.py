@@ -166,6 +166,38 @@ async def test_instrumentation_is_idempotent_and_reversible(
     assert llm_spans(await store.query_spans(second_id)) == []
 
 
+async def test_instrumentations_on_one_tracer_share_the_patches(
+    server: OpenAIServer, setup: Any
+) -> None:
+    store, tracer, first = setup
+    second = OpenAIInstrumentation(tracer)
+    second.instrument()
+    [(one, one_attempt), (two, two_attempt)] = await claim(store, 2)
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    async with tracer.rollout(one, one_attempt):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+    assert len(llm_spans(await store.query_spans(one))) == 1  # recorded once, not twice
+    second.uninstrument()
+    assert first.instrumented
+    async with tracer.rollout(two, two_attempt):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])
+    assert len(llm_spans(await store.query_spans(two))) == 1  # the first one still holds them
+
+
+async def test_a_second_tracer_is_refused_while_another_holds_the_patches(
+    server: OpenAIServer, setup: Any
+) -> None:
+    store, _, first = setup
+    with agl.Tracer(store) as other:
+        refused = OpenAIInstrumentation(other)
+        with pytest.raises(agl.AglError, match="another agl tracer"):
+            refused.instrument()
+        assert not refused.instrumented
+        first.uninstrument()
+        refused.instrument()  # free now
+        refused.uninstrument()
+
+
 def test_legacy_attributes_are_normalized() -> None:
     legacy = {
         "llm.request.type": "chat",

@@ -54,7 +54,7 @@ _spans = TypeAdapter(list[Span])
 _workers = TypeAdapter(list[Worker])
 _ints = TypeAdapter(list[int])
 _requests = TypeAdapter(list[RolloutRequest])
-_optional_resources = TypeAdapter(ResourcesUpdate | None)
+_optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
 # Transport failures after which the request may or may not have reached the server.
 _MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout)

@@ -9,8 +9,10 @@ when the spans are converted.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
+from agl.errors import AglError
 from agl.tracing.tracer import Tracer
 
 __all__ = ["OpenAIInstrumentation"]
@@ -23,33 +25,76 @@ class OpenAIInstrumentation:
 
     ``instrument()`` twice is the same as once; ``uninstrument()`` removes every patch, after
     which OpenAI calls record nothing.
+
+    The patches are process-wide, so instances share them: several instances on the same tracer
+    (the runner's ``"openai"`` and an adapter that records its framework's model calls through
+    this one, say) each hold the patches, and they come off when the last lets go. Instrumenting
+    for a second tracer while another holds them raises :class:`agl.AglError`: its calls would
+    otherwise be recorded into the first tracer's store.
     """
 
     def __init__(self, tracer: Tracer) -> None:
         self._tracer = tracer
-        self._instrumentor: Any = None
-        self._original_run_async: Any = None
+        self._held = False
 
     @property
     def instrumented(self) -> bool:
-        return self._instrumentor is not None
+        return self._held
 
     def instrument(self) -> None:
-        if self._instrumentor is not None:
+        if self._held:
             return
+        _patches.acquire(self._tracer)
+        self._held = True
+
+    def uninstrument(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        _patches.release()
+
+
+class _SharedPatches:
+    """The process's one set of OpenAI patches, held by a count of instrumentations."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tracer: Tracer | None = None
+        self._holders = 0
+        self._instrumentor: Any = None
+        self._original_run_async: Any = None
+
+    def acquire(self, tracer: Tracer) -> None:
+        with self._lock:
+            if self._holders and self._tracer is not tracer:
+                raise AglError(
+                    "the openai package is already traced into another agl tracer: "
+                    "uninstrument that one before instrumenting it for this tracer"
+                )
+            if not self._holders:
+                self._start(tracer)
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if not self._holders:
+                self._stop()
+
+    def _start(self, tracer: Tracer) -> None:
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
         instrumentor = OpenAIInstrumentor()
-        instrumentor.instrument(tracer_provider=self._tracer.provider)
+        instrumentor.instrument(tracer_provider=tracer.provider)
         self._instrumentor = instrumentor
+        self._tracer = tracer
         self._speed_up_sync_calls()
 
-    def uninstrument(self) -> None:
-        if self._instrumentor is None:
-            return
+    def _stop(self) -> None:
         self._instrumentor.uninstrument()
         _remove_leftover_wrappers()
         self._instrumentor = None
+        self._tracer = None
         if self._original_run_async is not None:
             from opentelemetry.instrumentation.openai.shared import chat_wrappers
 
@@ -77,6 +122,9 @@ class OpenAIInstrumentation:
 
         self._original_run_async = getattr(chat_wrappers, "run_async")  # noqa: B009
         setattr(chat_wrappers, "run_async", run_inline)  # noqa: B010
+
+
+_patches = _SharedPatches()
 
 
 def _remove_leftover_wrappers() -> None:

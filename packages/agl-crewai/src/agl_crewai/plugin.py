@@ -1,0 +1,22 @@
+"""agl-crewai's plugin: the instrumentor ``crewai`` (``instrument=["crewai"]``).
+
+Found by agl through the ``agl.plugins`` entry point; ``agl plugins`` lists it. Looking the
+instrumentor up imports neither CrewAI nor openinference: they load when it instruments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import agl
+
+if TYPE_CHECKING:
+    from agl.tracing.instrumentor import Instrumentor
+
+
+@agl.hookimpl
+def agl_instrumentors() -> Mapping[str, Callable[[agl.Tracer], Instrumentor]]:
+    from agl_crewai.instrumentor import CrewAIInstrumentor
+
+    return {"crewai": CrewAIInstrumentor}
