@@ -158,6 +158,9 @@ def test_each_algorithm_gets_its_agents_calls_and_updates_its_resources(tmp_path
     assert result.last("writer-rl/temperature") == pytest.approx(1 / 3)
     assert result.last("checker-prompts/prompts_tried") == 2.0
     assert result.last("checker-prompts/calls") == 4.0
+    # and every agent's calls, unprefixed
+    assert result.last("agents/checker/calls") == 4.0
+    assert result.last("agents/writer/calls") == result.last("writer-rl/calls")
     assert result.last("writer-rl/transitions/kept") == 8.0
 
 

@@ -10,6 +10,10 @@ the algorithm of its agent, and each algorithm sees only its agents' calls and t
 may update only the resources its :meth:`~agl.StepAlgorithm.setup` returned. A call's agent is
 matched against exact names first, then patterns in the order given (``"*"`` matches every
 agent, and calls no agent span encloses).
+
+Each step logs every agent's LLM calls, trained or frozen, as ``agents/<name>/calls`` (``-``
+for calls outside any agent span), beside each algorithm's own ``calls``, ``transitions/...``
+and metrics (prefixed with the algorithm's name when there are several).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,6 +211,11 @@ class PerAgent(Algorithm):
         rollout_s = time.monotonic() - started
         extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
         metrics = reward_metrics(results)
+        # Every agent's calls, trained or not: what a multi-agent run did, step by step.
+        by_agent = Counter(
+            call.agent or "-" for calls in extracted.values() for call in calls.calls
+        )
+        metrics.update({f"agents/{agent}/calls": float(n) for agent, n in sorted(by_agent.items())})
         updates: dict[str, Resource] = {}
         prefix_names = len(self.members) > 1
         for member in self.members:
