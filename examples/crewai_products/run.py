@@ -42,14 +42,13 @@ from typing import Any
 
 import products
 from rich.console import Console
-from rich.table import Table
 from support_crew import RESEARCH, WRITE, support_crew
 
 import agl
-from agl.lightning import agent_stats, agents_table
+from agl.lightning import agent_stats, agent_steps_table, agents_table
 from agl.metrics import read_metrics
 
-__all__ = ["INSTRUMENT", "dev", "main", "steps_table", "train"]
+__all__ = ["INSTRUMENT", "dev", "main", "train"]
 
 INSTRUMENT = ["crewai"]
 """What the runners trace: CrewAI (``agl-crewai``: each task's span names its agent, each tool
@@ -126,20 +125,6 @@ def train(
     return trainer.fit(support_crew, list(tasks))
 
 
-def steps_table(run_dir: Path) -> Table:
-    """Each training step's LLM calls per agent, and the transitions the writer trained on."""
-    table = Table(title="calls and transitions per step", title_justify="left")
-    for column in ("step", "agent", "LLM calls", "transitions"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
-    for row in read_metrics(run_dir):
-        agents = sorted(k.split("/")[1] for k in row if k.startswith("agents/"))
-        for agent in agents:
-            kept = row.get("transitions/kept", 0) if agent == "writer" else 0
-            calls = row[f"agents/{agent}/calls"]
-            table.add_row(str(row["step"]), agent, f"{calls:.0f}", f"{kept:.0f}")
-    return table
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -157,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.train:
         train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
-        out.print(steps_table(args.run_dir))
+        out.print(agent_steps_table(read_metrics(args.run_dir)))
         out.print(f"only the writer was trained. Run dir: {args.run_dir}")
         return
 

@@ -256,3 +256,5 @@ def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path) -> None:
     assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
     assert all(row["agents/writer/calls"] == 4 for row in rows)
     assert all(row["agents/researcher/calls"] >= 4 for row in rows)
+    assert [row["agents/writer/transitions"] for row in rows] == [len(b) for b in writer.batches]
+    assert not any("agents/researcher/transitions" in row for row in rows)

@@ -12,8 +12,10 @@ matched against exact names first, then patterns in the order given (``"*"`` mat
 agent, and calls no agent span encloses).
 
 Each step logs every agent's LLM calls, trained or frozen, as ``agents/<name>/calls`` (``-``
-for calls outside any agent span), beside each algorithm's own ``calls``, ``transitions/...``
-and metrics (prefixed with the algorithm's name when there are several).
+for calls outside any agent span) and the transitions built from them as
+``agents/<name>/transitions`` (:func:`agl.lightning.agent_steps_table` shows both), beside
+each algorithm's own ``calls``, ``transitions/...`` and metrics (prefixed with the algorithm's
+name when there are several).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from agl.algorithm import (
     reward_metrics,
 )
 from agl.errors import InvalidInputError
+from agl.lightning.agents import NO_AGENT
 from agl.lightning.builder import is_pattern
 from agl.resources import Resource
 
@@ -213,7 +216,7 @@ class PerAgent(Algorithm):
         metrics = reward_metrics(results)
         # Every agent's calls, trained or not: what a multi-agent run did, step by step.
         by_agent = Counter(
-            call.agent or "-" for calls in extracted.values() for call in calls.calls
+            call.agent or NO_AGENT for calls in extracted.values() for call in calls.calls
         )
         metrics.update({f"agents/{agent}/calls": float(n) for agent, n in sorted(by_agent.items())})
         updates: dict[str, Resource] = {}
@@ -250,6 +253,10 @@ class PerAgent(Algorithm):
             metrics[f"{prefix}calls"] = float(len(calls))
             if transitions is not None:
                 metrics.update(transitions.report.as_metrics(f"{prefix}transitions/"))
+                made = Counter(t.agent or NO_AGENT for t in transitions)
+                metrics.update(
+                    {f"agents/{agent}/transitions": float(n) for agent, n in made.items()}
+                )
             metrics.update({f"{prefix}{k}": float(v) for k, v in batch.metrics.items()})
         if updates:
             await ctx.publish({**ctx.resources, **updates})

@@ -7,7 +7,7 @@ See :class:`LightningRL` for the whole path, and the modules for each part: :mod
 """
 
 from agl.lightning.advantages import GRPO, RLOO, AdvantageEstimator, Group, Reinforce
-from agl.lightning.agents import AgentStats, agent_stats, agents_table
+from agl.lightning.agents import AgentStats, agent_stats, agent_steps_table, agents_table
 from agl.lightning.builder import INFRASTRUCTURE_STATUSES, AgentSelector, LightningRL
 from agl.lightning.calls import AttemptCalls, LLMCall, extract_calls
 from agl.lightning.credit import CreditAssigner, DiscountedReturn, FinalReward, StepRewards
@@ -33,6 +33,7 @@ __all__ = [
     "Transition",
     "TransitionBatch",
     "agent_stats",
+    "agent_steps_table",
     "agents_table",
     "extract_calls",
 ]

@@ -1,16 +1,18 @@
 """Per-agent figures of a batch of rollouts: LLM calls, rollouts and rewards of each agent.
 
 What a multi-agent run looks like from LightningRL's side (calls joined and attributed by
-:func:`~agl.lightning.extract_calls`); ``Trainer.dev`` prints it, examples print it too.
+:func:`~agl.lightning.extract_calls`); ``Trainer.dev`` prints it, examples print it too. During
+training, every step logs each agent's calls and transitions (``agents/<name>/calls``,
+``agents/<name>/transitions``); :func:`agent_steps_table` shows them.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agl.lightning.calls import extract_calls
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
     from agl.results import RolloutResult
 
-__all__ = ["NO_AGENT", "AgentStats", "agent_stats", "agents_table"]
+__all__ = ["NO_AGENT", "AgentStats", "agent_stats", "agent_steps_table", "agents_table"]
 
 NO_AGENT = "-"
 """The name calls that no agent span encloses are listed under."""
@@ -63,4 +65,28 @@ def agents_table(stats: Mapping[str, AgentStats]) -> Table:
         table.add_column(column, justify="left" if column == "agent" else "right")
     for agent, entry in sorted(stats.items()):
         table.add_row(agent, str(entry.calls), str(entry.rollouts), f"{entry.mean_reward:.3f}")
+    return table
+
+
+def agent_steps_table(rows: Iterable[Mapping[str, Any]]) -> Table:
+    """Each training step's LLM calls and transitions per agent, as a rich table.
+
+    Args:
+        rows: Metrics records, as :func:`agl.metrics.read_metrics` returns them from a run
+            directory: the rows of training steps carry ``agents/<name>/calls`` and
+            ``agents/<name>/transitions``; other rows (validation) are skipped.
+    """
+    from rich.table import Table
+
+    table = Table(title="LLM calls and transitions per agent", title_justify="left")
+    for column in ("step", "agent", "LLM calls", "transitions"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for row in rows:
+        agents = sorted(
+            key.split("/")[1] for key in row if key.startswith("agents/") and key.endswith("/calls")
+        )
+        for agent in agents:
+            calls = row[f"agents/{agent}/calls"] or 0
+            made = row.get(f"agents/{agent}/transitions") or 0
+            table.add_row(str(row["step"]), agent, f"{calls:.0f}", f"{made:.0f}")
     return table

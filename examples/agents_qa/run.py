@@ -1,0 +1,201 @@
+"""OpenAI Agents SDK retrieval QA: two agents, a search tool, and RL for the answerer only.
+
+::
+
+    # one pass over the validation questions, with a scripted stand-in model (no model needed)
+    uv run --no-sync python examples/agents_qa/run.py
+    # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
+    uv run --no-sync python examples/agents_qa/run.py --split all \\
+        --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+    # train only the answerer with LightningRL (agl-torch), on a tiny model built in code
+    uv run --no-sync python examples/agents_qa/run.py --train --steps 3
+
+The agent (``qa_agent.py``) is two Agents SDK agents: the ``researcher`` searches a small local
+corpus about invented things with a ``search`` function tool (two searches per question: each
+question is multi-hop) and hands off to the ``answerer``, which writes the short answer; the
+reward is whether the answer, normalized, holds the gold one. The runners trace it with agl's
+Agents SDK instrumentation (``agl-openai-agents``), which names every agent turn's span after
+the agent, so each LLM call belongs to an agent:
+
+- the default run (``Trainer.dev``) prints every rollout, then a table per agent: its LLM calls
+  and the mean reward of the rollouts it took part in;
+- ``--train`` maps the agents to algorithms, ``{"answerer": LightningRLTorch(...), "*": None}``:
+  every step runs both agents, but only the answerer's calls become transitions and only its
+  model (the LLM resource, served through agl's gateway) is trained; the researcher's calls
+  are counted and left alone (it calls the same model here, which the answerer's updates
+  change: give it a resource of its own to keep it fixed). It prints each step's calls per
+  agent and the transitions kept, from the run's metrics (``agents/<name>/calls``,
+  ``transitions/kept``).
+
+The tiny model starts from random weights: it never calls the search tool or hands off, so the
+rollout hands the researcher's conversation to the answerer itself (see ``qa_agent.py``), and
+every reward is 0. The run shows the machinery (token ids, attribution, the update), not
+learning. It keeps groups whose rewards are all equal (advantage 0) so that the transitions
+exist to look at; with a real model, leave :class:`agl.LightningRL` at its default and drop
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import qa_agent
+from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT, corpus, questions
+from rich.console import Console
+from rich.table import Table
+
+import agl
+from agl.lightning import agent_stats, agents_table
+from agl_torch.rl import LightningRLTorch
+
+__all__ = ["INSTRUMENT", "dev", "main", "steps_table", "train"]
+
+INSTRUMENT = ["openai-agents", "openai"]
+"""What the runners trace: the Agents SDK (``agl-openai-agents``: each agent turn's span names
+its agent, each function tool call is a tool span, each model call carries its response id),
+and the openai client underneath ``OpenAIChatCompletionsModel`` (the same call, recorded twice,
+counts once)."""
+
+
+def dev(
+    tasks: Sequence[Mapping[str, Any]],
+    llm: agl.LLM,
+    *,
+    run_dir: Path,
+    console: bool | Console = True,
+) -> agl.FitResult:
+    """Run the agents once over ``tasks`` with ``llm``; nothing is trained."""
+    trainer = agl.Trainer(
+        run_dir=run_dir,
+        resources={"llm": llm},
+        concurrency=8,
+        instrument=INSTRUMENT,
+        console=console,
+        progress=console is not False,
+        plot=False,
+    )
+    return trainer.dev(qa_agent.qa_agent, list(tasks))
+
+
+def train(
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    run_dir: Path,
+    steps: int = 3,
+    tasks_per_step: int = 2,
+    n_samples: int = 2,
+    max_tokens: int = 16,
+    lr: float = 1e-3,
+    console: bool | Console = True,
+) -> agl.FitResult:
+    """Train the answerer (only) with LightningRL on a tiny model built in code."""
+    from agl_torch.tiny import build_tiny_model
+
+    # A tokenizer trained on the task's own text keeps the prompts short.
+    text = [RESEARCHER_PROMPT, ANSWERER_PROMPT]
+    text += [f"{doc['title']}: {doc['text']}" for doc in corpus()]
+    text += [f"{q['question']} {q['answer']}" for q in questions()]
+    model = build_tiny_model(
+        run_dir / "tiny-model", corpus=text, vocab_size=512, max_position_embeddings=2048
+    )
+    answerer = LightningRLTorch(
+        model,
+        n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
+        n_samples=n_samples,
+        batch_size=tasks_per_step,
+        max_steps=steps,
+        lr=lr,
+        max_tokens=max_tokens,
+        # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
+        lightning=agl.LightningRL(drop_zero_variance=False),
+        checkpoint_every=0,
+    )
+    trainer = agl.Trainer(
+        algorithm={"answerer": answerer, "*": None},
+        run_dir=run_dir,
+        concurrency=tasks_per_step * n_samples,
+        instrument=INSTRUMENT,
+        console=console,
+        progress=console is not False,
+        plot=False,
+    )
+    return trainer.fit(qa_agent.qa_agent, list(tasks))
+
+
+def steps_table(history: Sequence[Mapping[str, Any]]) -> Table:
+    """Each training step's LLM calls per agent and the transitions it kept, from its metrics
+    (``agents/<name>/calls``, ``transitions/kept``, ``reward/mean``)."""
+    rows = [row for row in history if "transitions/kept" in row]
+    agents = sorted(
+        {key.split("/")[1] for row in rows for key in row if key.startswith("agents/")}
+    )
+    table = Table(title="calls per agent and transitions per step", title_justify="left")
+    table.add_column("step", justify="right")
+    for agent in agents:
+        table.add_column(f"{agent} calls", justify="right")
+    table.add_column("transitions", justify="right")
+    table.add_column("mean reward", justify="right")
+    for row in rows:
+        calls = [str(int(row.get(f"agents/{agent}/calls") or 0)) for agent in agents]
+        reward = row.get("reward/mean")
+        table.add_row(
+            str(row["step"]),
+            *calls,
+            str(int(row["transitions/kept"] or 0)),
+            "-" if reward is None else f"{reward:.3f}",
+        )
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/agents-qa"))
+    parser.add_argument("--split", choices=["train", "val", "all"], default=None)
+    parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
+    parser.add_argument("--model", default="stand-in", help="the model name to ask for")
+    parser.add_argument("--train", action="store_true", help="train the answerer with RL")
+    parser.add_argument("--steps", type=int, default=3, help="RL steps (--train)")
+    parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
+    args = parser.parse_args(argv)
+    out = Console()
+    log: bool | Console = not args.quiet
+    tasks = questions(args.split or ("train" if args.train else "val"))
+
+    if args.train:
+        result = train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        out.print(steps_table(result.history))
+        other = sum(row.get("transitions/other_agents_calls") or 0 for row in result.history)
+        out.print(
+            f"only the answerer was trained; {int(other)} calls of the researcher were left "
+            f"out (other_agents_calls). Run dir: {args.run_dir}"
+        )
+        return
+
+    if args.endpoint is not None:
+        llm = agl.LLM(endpoint=args.endpoint, model=args.model)
+        result = dev(tasks, llm, run_dir=args.run_dir, console=log)
+    else:
+        import stand_in
+
+        from agl.testing.openai_server import OpenAIServer
+
+        plan = stand_in.default_plan(tasks)
+        with OpenAIServer(stand_in.script(tasks, plan)) as server:
+            llm = agl.LLM(endpoint=server.url, model=args.model)
+            result = dev(tasks, llm, run_dir=args.run_dir, console=log)
+    out.print(agents_table(agent_stats(result.results)))
+    rewards = [r.reward or 0.0 for r in result.results]
+    out.print(
+        f"mean reward {statistics.fmean(rewards):.3f} over {len(rewards)} questions; "
+        f"traces: agl rollouts list --store {result.store_url}"
+    )
+
+
+if __name__ == "__main__":
+    main()
