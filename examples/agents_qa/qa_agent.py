@@ -92,12 +92,17 @@ ANSWERER_PROMPT = (
 TOP_K = 2
 """How many documents a search returns."""
 MAX_TURNS = 6
-"""The researcher's and answerer's model calls in one run, at most (a right run takes 4)."""
+"""Model calls in the researcher's run, at most (the answerer's included, after a handoff): a
+right run takes 4 (search, search, hand off, answer)."""
 
-STOP_WORDS = frozenset(
-    "a an and are as at be by did do does for from has have he her his in is it its of on or "
-    "she that the their this to was were what when where which who whose with s".split()
-)
+# fmt: off
+STOP_WORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "has",
+    "have", "he", "her", "his", "in", "is", "it", "its", "of", "on", "or", "she", "that", "the",
+    "their", "this", "to", "was", "were", "what", "when", "where", "which", "who", "whose",
+    "with", "s",
+})
+# fmt: on
 """Words a search ignores."""
 
 _WORD = re.compile(r"[a-z0-9]+")

@@ -131,9 +131,7 @@ def steps_table(history: Sequence[Mapping[str, Any]]) -> Table:
     """Each training step's LLM calls per agent and the transitions it kept, from its metrics
     (``agents/<name>/calls``, ``transitions/kept``, ``reward/mean``)."""
     rows = [row for row in history if "transitions/kept" in row]
-    agents = sorted(
-        {key.split("/")[1] for row in rows for key in row if key.startswith("agents/")}
-    )
+    agents = sorted({key.split("/")[1] for row in rows for key in row if key.startswith("agents/")})
     table = Table(title="calls per agent and transitions per step", title_justify="left")
     table.add_column("step", justify="right")
     for agent in agents:
@@ -144,7 +142,7 @@ def steps_table(history: Sequence[Mapping[str, Any]]) -> Table:
         calls = [str(int(row.get(f"agents/{agent}/calls") or 0)) for agent in agents]
         reward = row.get("reward/mean")
         table.add_row(
-            str(row["step"]),
+            str(int(row["step"])),
             *calls,
             str(int(row["transitions/kept"] or 0)),
             "-" if reward is None else f"{reward:.3f}",

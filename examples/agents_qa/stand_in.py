@@ -71,7 +71,7 @@ def script(
                 return f"I searched for {first!r}, then for {second!r}; the answer is above."
             return tool_reply(HANDOFF)
         if system == ANSWERER_PROMPT:
-            return task["bridge"] if outcome == "wrong" else task["answer"]
+            return str(task["bridge"] if outcome == "wrong" else task["answer"])
         return error_reply(400, "the stand-in knows no such agent")
 
     return answer

@@ -7,6 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/autogen_math/run.py \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+    # train the solver with LightningRL (agl-torch), on a tiny model built in code
+    uv run --no-sync python examples/autogen_math/run.py --train --steps 3
 
 The agent (``math_agent.py``) is an AutoGen ``AssistantAgent`` named ``solver`` with a
 ``calculator`` ``FunctionTool``; the reward is whether its final message contains the right
@@ -14,23 +16,32 @@ number. The runners trace it with agl's AutoGen instrumentation (``agl-autogen``
 every agent turn's span after the agent, and with agl's OpenAI instrumentation (the same call,
 recorded twice, counts once). ``Trainer.dev`` prints every rollout, then this script prints a
 table per agent: its LLM calls and the mean reward of the rollouts it took part in.
+
+``--train`` trains the solver with LightningRL on agl-torch's tiny model built in code, served
+through agl's gateway, and prints each step's calls and transitions per agent from the run's
+metrics. The tiny model starts from random weights, so its calls are noise and every reward is
+0: the run shows the machinery (token ids, attribution, the update), not learning. It keeps
+groups whose rewards are all equal (advantage 0) so that the transitions exist to look at; with
+a real model, leave :class:`agl.LightningRL` at its default and drop them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from math_agent import math_agent, problems
+from math_agent import SYSTEM_PROMPT, math_agent, problems
 from rich.console import Console
 
 import agl
-from agl.lightning import agent_stats, agents_table
+from agl.lightning import agent_stats, agent_steps_table, agents_table
+from agl.metrics import read_metrics
 
-__all__ = ["INSTRUMENT", "dev", "main"]
+__all__ = ["INSTRUMENT", "dev", "main", "train"]
 
 INSTRUMENT = ["autogen", "openai"]
 """What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
@@ -58,17 +69,74 @@ def dev(
     return trainer.dev(math_agent, list(tasks))
 
 
+def train(
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    run_dir: Path,
+    steps: int = 3,
+    tasks_per_step: int = 2,
+    n_samples: int = 2,
+    max_tokens: int = 24,
+    lr: float = 1e-3,
+    console: bool | Console = True,
+    algorithm: type[Any] | None = None,
+) -> agl.FitResult:
+    """Train the solver with LightningRL on a tiny model built in code.
+
+    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
+    look at each step's batch, say).
+    """
+    from agl_torch.rl import LightningRLTorch
+    from agl_torch.tiny import build_tiny_model
+
+    # A tokenizer trained on the task's own text keeps the prompts short.
+    corpus = [SYSTEM_PROMPT, *(f"{p['question']} {p['expression']}" for p in problems())]
+    model = build_tiny_model(
+        run_dir / "tiny-model", corpus=corpus, vocab_size=512, max_position_embeddings=2048
+    )
+    solver = (algorithm or LightningRLTorch)(
+        model,
+        n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
+        n_samples=n_samples,
+        batch_size=tasks_per_step,
+        max_steps=steps,
+        lr=lr,
+        max_tokens=max_tokens,
+        # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
+        lightning=agl.LightningRL(drop_zero_variance=False),
+        checkpoint_every=0,
+    )
+    trainer = agl.Trainer(
+        algorithm={"solver": solver, "*": None},
+        run_dir=run_dir,
+        concurrency=tasks_per_step * n_samples,
+        instrument=INSTRUMENT,
+        console=console,
+        progress=console is not False,
+        plot=False,
+    )
+    return trainer.fit(math_agent, list(tasks))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--run-dir", type=Path, default=Path("runs/autogen-math"))
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
     parser.add_argument("--model", default="stand-in", help="the model name to ask for")
+    parser.add_argument("--train", action="store_true", help="train the solver with RL")
+    parser.add_argument("--steps", type=int, default=3, help="RL steps (--train)")
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
     args = parser.parse_args(argv)
     out = Console()
     log: bool | Console = not args.quiet
     tasks = problems()
+
+    if args.train:
+        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        out.print(agent_steps_table(read_metrics(args.run_dir)))
+        out.print(f"Run dir: {args.run_dir}")
+        return
 
     if args.endpoint is not None:
         llm = agl.LLM(endpoint=args.endpoint, model=args.model)

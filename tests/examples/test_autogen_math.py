@@ -15,12 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 import agl
 from agl import semconv
 from agl.lightning import extract_calls
+from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,3 +182,37 @@ def test_the_script_prints_the_table_per_agent(
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     assert rows == {"solver": ["40", "20", "0.800"]}
     assert "mean reward 0.800 over 20 problems" in out
+
+
+# --- RL on the solver ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
+    from transformers import AutoTokenizer
+
+    problems = math_agent.problems()[:2]
+    run.train(problems, run_dir=tmp_path, steps=2, console=False, algorithm=recorded_rl.algorithm)
+    [solver] = recorded_rl.instances
+    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    assert len(solver.batches) == 2
+    for batch in solver.batches:
+        drops = batch.report
+        assert drops.calls_seen >= 4  # 2 problems x 2 samples, at least one call each
+        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+            assert drops.notes[note] == 0, (note, drops.notes)
+        # each call recorded by AutoGen's instrumentation and the OpenAI client's counts once
+        assert drops.notes["duplicate_llm_spans"] == drops.calls_seen
+        assert len(batch) + drops.dropped_calls["empty_response"] == drops.calls_seen
+        assert len(batch) >= 1
+        for transition in batch:
+            assert transition.agent == "solver"
+            assert transition.response_logprobs is not None
+            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
+            prompt = tokenizer.decode(transition.prompt_ids)
+            assert math_agent.SYSTEM_PROMPT in prompt
+            assert any(problem["question"] in prompt for problem in problems)
+    rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+    assert [row["agents/solver/transitions"] for row in rows] == [len(b) for b in solver.batches]

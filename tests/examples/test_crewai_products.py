@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -22,7 +22,7 @@ import pytest
 
 import agl
 from agl import semconv
-from agl.lightning import TransitionBatch, extract_calls
+from agl.lightning import extract_calls
 from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 
@@ -206,33 +206,15 @@ def test_the_script_prints_the_table_per_agent(
 # --- RL on the writer only ----------------------------------------------------------------------
 
 
-def _recording(instances: list[Any]) -> type[Any]:
-    """LightningRLTorch, keeping every step's transitions; each one built goes to ``instances``."""
-    from agl_torch.rl import LightningRLTorch
-
-    class Recording(LightningRLTorch):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.batches: list[TransitionBatch | None] = []
-            instances.append(self)
-
-        async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> Mapping[str, Any]:
-            self.batches.append(batch.transitions)
-            return await super().step(ctx, batch)
-
-    return Recording
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path) -> None:
+def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
     from transformers import AutoTokenizer
 
-    instances: list[Any] = []
     tasks = products.questions("train")[:2]
     run_dir = tmp_path / "run"
-    run.train(tasks, run_dir=run_dir, steps=2, console=False, algorithm=_recording(instances))
-    [writer] = instances
+    run.train(tasks, run_dir=run_dir, steps=2, console=False, algorithm=recorded_rl.algorithm)
+    [writer] = recorded_rl.instances
     tokenizer: Any = AutoTokenizer.from_pretrained(run_dir / "tiny-model")
     assert len(writer.batches) == 2
     for batch in writer.batches:

@@ -1,0 +1,367 @@
+"""The Agents SDK retrieval QA example: its corpus, search and reward, a dev run, and RL.
+
+The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
+in for a model (``examples/agents_qa/stand_in.py``): for each question the researcher searches
+twice and hands off (or, for a few, stops and the rollout hands over), and the answerer gives
+the gold answer (or, for a few, the entity between the hops). The RL run (slow) trains only the
+answerer of a tiny model built in code for two steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+import agl
+from agl import semconv
+from agl.algorithm import AlgorithmContext, StepBatch
+from agl.lightning import TransitionBatch, extract_calls
+from agl.metrics import read_metrics
+from agl.resources import Resource
+from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "agents_qa"
+
+
+def _load(name: str, alias: str) -> ModuleType:
+    """Load the example's ``name``.py as module ``alias`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(alias, EXAMPLE / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def _our_stand_in() -> Iterator[None]:
+    """``import stand_in`` gives this example's while it lasts (other examples have one too)."""
+    before = sys.modules.get("stand_in")
+    sys.modules["stand_in"] = stand_in
+    try:
+        yield
+    finally:
+        if before is None:
+            del sys.modules["stand_in"]
+        else:
+            sys.modules["stand_in"] = before
+
+
+pytest.importorskip("agents", reason="the example needs openai-agents")
+
+# The example's modules import each other by their plain names; `qa_agent` is unique, while
+# `stand_in` and `run` are names other examples use too: load those under names of their own.
+if str(EXAMPLE) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE))
+qa_agent = importlib.import_module("qa_agent")
+stand_in = _load("stand_in", "agents_qa_stand_in")
+run = _load("run", "agents_qa_run")
+
+RIGHT_AGENTS = ["researcher", "researcher", "researcher", "answerer"]
+"""Every stand-in rollout: search, search, hand off (or stop), answer."""
+
+
+@pytest.fixture
+def agents_adapter() -> None:
+    """The example traces the Agents SDK with agl-openai-agents; without it nothing runs."""
+    pytest.importorskip(
+        "agl_openai_agents",
+        reason="the example needs the agl-openai-agents adapter (packages/agl-openai-agents), "
+        "which names each agent turn's calls after the agent",
+    )
+
+
+def _docs() -> dict[str, dict[str, str]]:
+    return {doc["id"]: doc for doc in qa_agent.corpus()}
+
+
+# --- the data, the search and the reward --------------------------------------------------------
+
+
+def test_the_corpus_and_the_multi_hop_questions() -> None:
+    docs = _docs()
+    assert len(docs) == len(qa_agent.corpus()) == 38
+    questions = qa_agent.questions()
+    assert len({q["id"] for q in questions}) == len(questions) == 20
+    assert Counter(q["split"] for q in questions) == {"train": 14, "val": 6}
+    assert qa_agent.questions("val") == [q for q in questions if q["split"] == "val"]
+    for q in questions:
+        first, second = (docs[doc_id] for doc_id in q["docs"])
+        # each hop's search finds its document first
+        assert [qa_agent.retrieve(hop)[0]["id"] for hop in q["hops"]] == q["docs"], q["id"]
+        # two hops are needed: the question does not name the entity between them, the first
+        # document names it (the second search asks for it) and only the second has the answer
+        bridge = qa_agent.normalize(q["bridge"])
+        assert bridge not in qa_agent.normalize(q["question"]), q["id"]
+        assert bridge in qa_agent.normalize(f"{first['title']} {first['text']}"), q["id"]
+        assert set(qa_agent.terms(q["bridge"])) <= qa_agent.terms(q["hops"][1]), q["id"]
+        assert qa_agent.reward(first["text"], q["answer"]) == 0.0, q["id"]
+        assert qa_agent.reward(second["text"], q["answer"]) == 1.0, q["id"]
+        # the stand-in's mistake (the bridge) is wrong
+        assert qa_agent.reward(q["bridge"], q["answer"]) == 0.0, q["id"]
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ("Edwin Marlow born", ["d02", "d01"]),  # 3 terms shared, then 2 (d01 before d37)
+        ("EDWIN marlow, born?", ["d02", "d01"]),  # case and punctuation do not matter
+        ("Where was Edwin Marlow born?", ["d02", "d01"]),  # stop words do not count
+        ("Tessaly river", ["d06", "d01"]),  # 2, then the lowest id of those with 1
+        ("Salt Orchard publisher", ["d22"]),  # no other document shares a term
+        ("Halcyon Works founder", ["d10", "d09"]),
+        ("zeppelin", []),
+        ("the of and", []),
+    ],
+)
+def test_search_ranks_by_term_overlap_then_id(query: str, found: list[str]) -> None:
+    assert [doc["id"] for doc in qa_agent.retrieve(query)] == found
+    assert len(qa_agent.retrieve(query, k=10)) >= len(found)
+
+
+def test_the_search_tool_and_its_text() -> None:
+    assert qa_agent.terms("The founder of Brightwater Mills's") == {
+        "founder",
+        "brightwater",
+        "mills",
+    }
+    text = qa_agent.search_text("Edwin Marlow born")
+    first, second = text.split("\n\n")
+    assert first.startswith("[d02] Edwin Marlow: Edwin Marlow (1861-1930) was an engineer")
+    assert second.startswith("[d01] Brightwater Mills: ")
+    assert qa_agent.search_text("zeppelin") == "No document matches 'zeppelin'."
+    assert qa_agent.search.name == "search"
+    assert list(qa_agent.search.params_json_schema["properties"]) == ["query"]
+
+
+@pytest.mark.parametrize(
+    ("final", "answer", "reward"),
+    [
+        ("Larkspur", "Larkspur", 1.0),
+        ("larkspur.", "Larkspur", 1.0),
+        ("He was born in Larkspur.", "Larkspur", 1.0),  # contains it
+        ("The Orrinmouth Philharmonic!", "Orrinmouth Philharmonic", 1.0),  # articles go
+        ("a cello", "cello", 1.0),
+        ("4,200", "4200", 1.0),  # punctuation goes
+        ("  Smoked   EEL pie ", "smoked eel pie", 1.0),
+        ("Orrinmouth", "Orrinmouth Philharmonic", 0.0),  # part of it is not enough
+        ("Larkspurs", "Larkspur", 0.0),  # whole words only
+        ("19310", "1931", 0.0),
+        ("", "Larkspur", 0.0),
+        ("anything", "", 0.0),
+    ],
+)
+def test_reward_normalizes_then_looks_for_the_answer(
+    final: str, answer: str, reward: float
+) -> None:
+    assert qa_agent.reward(final, answer) == reward
+
+
+def test_normalize() -> None:
+    assert qa_agent.normalize("  The Salt Orchard, an  old novel! ") == "salt orchard old novel"
+    assert qa_agent.normalize("A") == ""
+
+
+# --- the agents without agl: what happens when the model does not hand off ---------------------
+
+
+def _run_agents(script: Any, question: str) -> tuple[str, list[dict[str, Any]]]:
+    """Run the two agents on ``question`` against ``script``; the answer and every request."""
+    from agents import OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    async def ask(url: str) -> str:
+        async with AsyncOpenAI(base_url=url, api_key="k", max_retries=0) as client:
+            model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+            researcher, answerer = qa_agent.build_agents(model)
+            return await qa_agent.research_and_answer(researcher, answerer, question, max_turns=3)
+
+    with OpenAIServer(script) as server:
+        answer = asyncio.run(ask(server.url))
+        return answer, [request.body for request in server.requests]
+
+
+def _is_researcher(request: dict[str, Any]) -> bool:
+    return request["messages"][0]["content"] == qa_agent.RESEARCHER_PROMPT
+
+
+def test_a_researcher_that_runs_out_of_turns_leaves_the_question_to_the_answerer() -> None:
+    def script(request: dict[str, Any]) -> Reply | str:
+        return tool_reply("search", {"query": "Larkspur"}) if _is_researcher(request) else "Bo"
+
+    answer, requests = _run_agents(script, "Who is the mayor of Larkspur?")
+    assert answer == "Bo"
+    assert [_is_researcher(r) for r in requests] == [True, True, True, False]
+    assert [m["role"] for m in requests[-1]["messages"]] == ["system", "user"]
+    assert "tools" not in requests[-1]
+
+
+def test_an_answerer_that_writes_nothing_answers_nothing() -> None:
+    def script(request: dict[str, Any]) -> Reply | str:
+        return "notes" if _is_researcher(request) else ""
+
+    answer, requests = _run_agents(script, "Who is the mayor of Larkspur?")
+    assert answer == ""
+    assert len(requests) == 2  # one call each: an empty answer is not asked again
+    assert requests[-1]["messages"][-1] == {"role": "assistant", "content": "notes"}
+
+
+# --- a dev run against the stand-in model -------------------------------------------------------
+
+
+def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -> None:
+    questions = qa_agent.questions()
+    docs = _docs()
+    plan = stand_in.default_plan(questions)
+    assert Counter(plan.values()) == {"right": 12, "wrong": 4, "finish": 4}
+    with OpenAIServer(stand_in.script(questions, plan)) as server:
+        llm = agl.LLM(endpoint=server.url, model="stand-in")
+        result = run.dev(questions, llm, run_dir=tmp_path, console=False)
+        requests = [request.body for request in server.requests]
+
+    assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
+    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    assert [r.reward for r in result.results] == [
+        0.0 if plan[q["id"]] == "wrong" else 1.0 for q in questions
+    ]
+    for question, outcome in zip(questions, result.results, strict=True):
+        calls = extract_calls(outcome.spans).calls
+        assert [call.agent for call in calls] == RIGHT_AGENTS, question["id"]
+        assert all(call.response_id for call in calls), question["id"]
+        # the LLM resource is an external one: the dev run serves it through no gateway
+        tools = [s for s in outcome.spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == "tool"]
+        assert [s.attributes[semconv.AGL_TOOL_NAME] for s in tools] == ["search", "search"]
+        for span, hop, doc_id in zip(tools, question["hops"], question["docs"], strict=True):
+            arguments = json.loads(str(span.attributes[semconv.AGL_TOOL_ARGUMENTS]))
+            assert arguments == {"query": hop}
+            found = str(span.attributes[semconv.AGL_TOOL_RESULT])
+            assert found == qa_agent.search_text(hop)
+            assert f"[{doc_id}] {docs[doc_id]['title']}: " in found
+
+    # the answerer read the conversation: the question and both searches' results, whether the
+    # researcher handed off (the SDK's handoff) or stopped (the rollout's)
+    answering = [r for r in requests if r["messages"][0]["content"] == qa_agent.ANSWERER_PROMPT]
+    assert len(answering) == 20
+    by_text = {q["question"]: q for q in questions}
+    for request in answering:
+        question = by_text[request["messages"][1]["content"]]
+        seen = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        handed_off = plan[question["id"]] != "finish"
+        assert seen[:2] == [qa_agent.search_text(hop) for hop in question["hops"]]
+        assert len(seen) == (3 if handed_off else 2), question["id"]  # + the handoff's output
+        assert "tools" not in request
+
+    stats = run.agent_stats(result.results)
+    assert set(stats) == {"researcher", "answerer"}
+    assert stats["researcher"].calls == 60
+    assert stats["answerer"].calls == 20
+    assert sum(s.calls for s in stats.values()) == len(requests) == 80
+    assert stats["researcher"].rollouts == stats["answerer"].rollouts == 20
+    assert stats["answerer"].mean_reward == pytest.approx(16 / 20)
+
+
+def test_the_script_prints_the_table_per_agent(
+    agents_adapter: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _our_stand_in():
+        run.main(["--run-dir", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
+    # the validation questions: one answered wrong (the 5th), one without a handoff (the 3rd)
+    assert rows == {"answerer": ["6", "6", "0.833"], "researcher": ["18", "6", "0.833"]}
+    assert "mean reward 0.833 over 6 questions" in out
+
+
+def test_the_steps_table_reads_the_metrics() -> None:
+    history = [
+        {"step": 0, "val/reward/mean": 0.0},
+        {
+            "step": 1,
+            "agents/answerer/calls": 4.0,
+            "agents/researcher/calls": 5.0,
+            "transitions/kept": 3.0,
+            "reward/mean": 0.25,
+        },
+    ]
+    console = Console(record=True, width=120)
+    console.print(run.steps_table(history))
+    lines = [line.split("│")[1:-1] for line in console.export_text().splitlines() if "│" in line]
+    assert [[cell.strip() for cell in line] for line in lines] == [["1", "4", "5", "3", "0.250"]]
+
+
+# --- RL on the answerer only --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_training_only_the_answerer(
+    agents_adapter: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoTokenizer
+
+    from agl_torch.rl import LightningRLTorch
+
+    made: list[Recording] = []
+
+    class Recording(LightningRLTorch):
+        """LightningRLTorch, keeping the transitions of every step."""
+
+        def __init__(self, model: Path, **options: Any) -> None:
+            super().__init__(model, **options)
+            self.batches: list[TransitionBatch] = []
+            made.append(self)
+
+        async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+            assert batch.transitions is not None
+            self.batches.append(batch.transitions)
+            return await super().step(ctx, batch)
+
+    monkeypatch.setattr(run, "LightningRLTorch", Recording)
+    tasks = qa_agent.questions("train")[:2]
+    result = run.train(
+        tasks, run_dir=tmp_path, steps=2, tasks_per_step=2, n_samples=2, max_tokens=16,
+        console=False,
+    )  # fmt: skip
+    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    [answerer] = made
+    rows = [row for row in read_metrics(tmp_path) if "transitions/kept" in row]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert len(answerer.batches) == 2
+    for row, batch in zip(rows, answerer.batches, strict=True):
+        # the random model never hands off: the rollout calls the answerer, once per rollout
+        assert row["agents/answerer/calls"] == 4  # 2 questions x 2 samples
+        assert row["agents/researcher/calls"] >= 4  # counted, never trained
+        assert row["transitions/other_agents_calls"] == row["agents/researcher/calls"]
+        drops = batch.report
+        assert drops.calls_seen == 4
+        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+            assert drops.notes[note] == 0, (note, drops.notes)
+        # a random model may end a reply at once; every other answerer call is a transition
+        assert len(batch) + drops.dropped_calls["empty_response"] == 4
+        assert row["transitions/kept"] == len(batch) >= 1
+        for transition in batch:
+            assert transition.agent == "answerer"
+            assert transition.prompt_ids
+            assert transition.response_ids
+            assert transition.response_logprobs is not None
+            assert len(transition.response_logprobs) == len(transition.response_ids)
+            prompt = tokenizer.decode(transition.prompt_ids)
+            assert qa_agent.ANSWERER_PROMPT in prompt
+            assert qa_agent.RESEARCHER_PROMPT not in prompt
+            assert any(task["question"] in prompt for task in tasks)
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+    assert result.history[-1]["transitions/kept"] == rows[-1]["transitions/kept"]
