@@ -23,9 +23,9 @@ the agent, so each LLM call belongs to an agent:
   every step runs both agents, but only the answerer's calls become transitions and only its
   model (the LLM resource, served through agl's gateway) is trained; the researcher's calls
   are counted and left alone (it calls the same model here, which the answerer's updates
-  change: give it a resource of its own to keep it fixed). It prints each step's calls per
-  agent and the transitions kept, from the run's metrics (``agents/<name>/calls``,
-  ``transitions/kept``).
+  change: give it a resource of its own to keep it fixed). It prints each step's calls and
+  transitions per agent, from the run's metrics (``agents/<name>/calls``,
+  ``agents/<name>/transitions``).
 
 The tiny model starts from random weights: it never calls the search tool or hands off, so the
 rollout hands the researcher's conversation to the answerer itself (see ``qa_agent.py``), and
@@ -47,13 +47,12 @@ from typing import Any
 import qa_agent
 from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT, corpus, questions
 from rich.console import Console
-from rich.table import Table
 
 import agl
-from agl.lightning import agent_stats, agents_table
-from agl_torch.rl import LightningRLTorch
+from agl.lightning import agent_stats, agent_steps_table, agents_table
+from agl.metrics import read_metrics
 
-__all__ = ["INSTRUMENT", "dev", "main", "steps_table", "train"]
+__all__ = ["INSTRUMENT", "dev", "main", "train"]
 
 INSTRUMENT = ["openai-agents", "openai"]
 """What the runners trace: the Agents SDK (``agl-openai-agents``: each agent turn's span names
@@ -92,8 +91,14 @@ def train(
     max_tokens: int = 16,
     lr: float = 1e-3,
     console: bool | Console = True,
+    algorithm: type[Any] | None = None,
 ) -> agl.FitResult:
-    """Train the answerer (only) with LightningRL on a tiny model built in code."""
+    """Train the answerer (only) with LightningRL on a tiny model built in code.
+
+    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
+    look at each step's batch, say).
+    """
+    from agl_torch.rl import LightningRLTorch
     from agl_torch.tiny import build_tiny_model
 
     # A tokenizer trained on the task's own text keeps the prompts short.
@@ -103,7 +108,7 @@ def train(
     model = build_tiny_model(
         run_dir / "tiny-model", corpus=text, vocab_size=512, max_position_embeddings=2048
     )
-    answerer = LightningRLTorch(
+    answerer = (algorithm or LightningRLTorch)(
         model,
         n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
         n_samples=n_samples,
@@ -127,29 +132,6 @@ def train(
     return trainer.fit(qa_agent.qa_agent, list(tasks))
 
 
-def steps_table(history: Sequence[Mapping[str, Any]]) -> Table:
-    """Each training step's LLM calls per agent and the transitions it kept, from its metrics
-    (``agents/<name>/calls``, ``transitions/kept``, ``reward/mean``)."""
-    rows = [row for row in history if "transitions/kept" in row]
-    agents = sorted({key.split("/")[1] for row in rows for key in row if key.startswith("agents/")})
-    table = Table(title="calls per agent and transitions per step", title_justify="left")
-    table.add_column("step", justify="right")
-    for agent in agents:
-        table.add_column(f"{agent} calls", justify="right")
-    table.add_column("transitions", justify="right")
-    table.add_column("mean reward", justify="right")
-    for row in rows:
-        calls = [str(int(row.get(f"agents/{agent}/calls") or 0)) for agent in agents]
-        reward = row.get("reward/mean")
-        table.add_row(
-            str(int(row["step"])),
-            *calls,
-            str(int(row["transitions/kept"] or 0)),
-            "-" if reward is None else f"{reward:.3f}",
-        )
-    return table
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -166,12 +148,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     tasks = questions(args.split or ("train" if args.train else "val"))
 
     if args.train:
-        result = train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
-        out.print(steps_table(result.history))
-        other = sum(row.get("transitions/other_agents_calls") or 0 for row in result.history)
+        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        out.print(agent_steps_table(read_metrics(args.run_dir)))
         out.print(
-            f"only the answerer was trained; {int(other)} calls of the researcher were left "
-            f"out (other_agents_calls). Run dir: {args.run_dir}"
+            "only the answerer was trained; the researcher's calls were counted and left "
+            f"alone. Run dir: {args.run_dir}"
         )
         return
 
