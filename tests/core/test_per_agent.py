@@ -216,6 +216,36 @@ def test_algorithms_by_name(tmp_path: Path) -> None:
         agl.Trainer("no-such-algorithm")
 
 
+def test_agents_map_to_algorithms_by_name_one_instance_per_name() -> None:
+    per_agent = agl.PerAgent({"writer": "baseline", "checker": "baseline", "*": None})
+    writer = per_agent.owner("writer")
+    assert isinstance(writer, agl.Baseline)
+    assert per_agent.owner("checker") is writer
+    assert per_agent.owner("narrator") is None
+    with pytest.raises(InvalidInputError, match="agl plugins") as caught:
+        agl.Trainer({"writer": "baseline", "checker": "no-such-algorithm"})
+    assert caught.value.field == "algorithm['checker']"
+
+
+class _Follower(CheckerPrompts):
+    """A prompt optimizer that takes whatever loop the others run."""
+
+    follows_loop = True
+
+
+def test_an_algorithm_that_follows_the_loop_takes_the_others_settings() -> None:
+    rl, follower = WriterRL("http://x/v1"), _Follower("http://x/v1")
+    rl.n_samples, follower.n_samples = 4, 1
+    rl.batch_size, follower.batch_size = 2, None
+    per_agent = agl.PerAgent({"writer": rl, "checker": follower})
+    assert (per_agent.n_samples, per_agent.batch_size) == (4, 2)
+    other = _Follower("http://x/v1")
+    other.batch_size = None
+    other.n_samples = 3
+    with pytest.raises(InvalidInputError, match="disagree on n_samples"):
+        agl.PerAgent({"checker": follower, "writer": other})  # all follow: they must agree
+
+
 class _StepWatcher:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, int, float | None]] = []

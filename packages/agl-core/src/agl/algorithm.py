@@ -252,9 +252,13 @@ class StepAlgorithm(Algorithm):
             step (all if None), rollouts per task (the group of a group baseline).
         max_steps: Stop after this many steps (counted from the start of training, resumed
             steps included), even mid-epoch; None runs every epoch.
+        follows_loop: True for an algorithm that works with any loop (a prompt optimizer
+            reading whatever batch it gets): sharing a run (:class:`agl.PerAgent`), it takes
+            the loop settings of the algorithms that do not follow, and its own are ignored.
     """
 
     lightning: LightningRL | None = None
+    follows_loop: ClassVar[bool] = False
     n_epochs: int = 1
     batch_size: int | None = None
     n_samples: int = 1

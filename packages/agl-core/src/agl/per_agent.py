@@ -56,17 +56,20 @@ class PerAgent(Algorithm):
     """Run several step algorithms in one run, each on its own agents.
 
     Args:
-        algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm` (or None: frozen).
+        algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm`, the name of an
+            installed one (built with its default settings, once per name), or None (frozen).
             One algorithm may serve several keys.
         n_epochs / batch_size / n_samples / max_steps: The shared loop. By default taken from
-            the algorithms, which must then agree.
+            the algorithms, which must then agree; algorithms that follow the loop
+            (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer) take the
+            others' settings and are not asked.
     """
 
     name = "per-agent"
 
     def __init__(
         self,
-        algorithms: Mapping[str, StepAlgorithm | None],
+        algorithms: Mapping[str, StepAlgorithm | str | None],
         *,
         n_epochs: int | None = None,
         batch_size: int | None = None,
@@ -80,13 +83,25 @@ class PerAgent(Algorithm):
             )
         self.rules: list[tuple[str, StepAlgorithm | None]] = []
         members: dict[int, _Member] = {}
-        for key, algorithm in algorithms.items():
+        by_name: dict[str, Any] = {}
+        for key, entry in algorithms.items():
             given: object = key
             if not isinstance(given, str) or not given:
                 raise InvalidInputError(
                     f"agent keys must be names or patterns, got {key!r}", field="algorithm"
                 )
-            value: object = algorithm
+            if isinstance(entry, str):
+                if entry not in by_name:
+                    from agl.plugins import create_algorithm
+
+                    where = f"algorithm[{key!r}]"
+                    try:
+                        by_name[entry] = create_algorithm(entry, field=where)
+                    except InvalidInputError as exc:
+                        raise InvalidInputError(f"agent {key!r}: {exc}", field=where) from exc
+                value: object = by_name[entry]
+            else:
+                value = entry
             if value is not None and not isinstance(value, StepAlgorithm):
                 kind = type(value).__name__
                 raise InvalidInputError(
@@ -95,6 +110,7 @@ class PerAgent(Algorithm):
                     "must be an agl.StepAlgorithm (setup() and step())",
                     field=f"algorithm[{key!r}]",
                 )
+            algorithm = value if isinstance(value, StepAlgorithm) else None
             self.rules.append((key, algorithm))
             if algorithm is not None:
                 members.setdefault(id(algorithm), _Member(algorithm, [])).keys.append(key)
@@ -118,15 +134,16 @@ class PerAgent(Algorithm):
     def _agree(self, setting: str, given: Any) -> Any:
         if given is not None:
             return given
-        values = {repr(getattr(m.algorithm, setting)) for m in self.members}
+        leading = [m for m in self.members if not m.algorithm.follows_loop] or self.members
+        values = {repr(getattr(m.algorithm, setting)) for m in leading}
         if len(values) > 1:
-            found = {m.algorithm.name: getattr(m.algorithm, setting) for m in self.members}
+            found = {m.algorithm.name: getattr(m.algorithm, setting) for m in leading}
             raise InvalidInputError(
                 f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "
                 f"agl.PerAgent({{...}}, {setting}=...)",
                 field=setting,
             )
-        return getattr(self.members[0].algorithm, setting)
+        return getattr(leading[0].algorithm, setting)
 
     def owner(self, agent: str | None) -> StepAlgorithm | None:
         """The algorithm that trains ``agent``'s calls (None: frozen or unmatched)."""

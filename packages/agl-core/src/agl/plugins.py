@@ -338,6 +338,35 @@ def load_algorithm(name: str) -> type[Algorithm]:
     return cls
 
 
+def create_algorithm(name: str, *, field: str = "algorithm") -> Algorithm:
+    """Build the algorithm published under ``name`` with its default settings.
+
+    This is what ``agl.Trainer(algorithm="name")`` and ``{"agent": "name"}`` do.
+
+    Raises:
+        InvalidInputError: no plugin provides it, or its class does not build without
+            arguments (the message says to build it yourself), or builds no algorithm.
+        PluginError: an installed plugin is invalid.
+    """
+    from agl.algorithm import Algorithm
+
+    cls = load_algorithm(name)
+    try:
+        built: object = cls()
+    except TypeError as exc:
+        raise InvalidInputError(
+            f"algorithm {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built "
+            f"with default settings ({exc}); build it yourself and pass the object",
+            field=field,
+        ) from exc
+    if not isinstance(built, Algorithm):
+        raise InvalidInputError(
+            f"algorithm {name!r} built a {type(built).__name__}, not an agl.Algorithm",
+            field=field,
+        )
+    return built
+
+
 def instrumentor_factories() -> dict[str, InstrumentorFactory]:
     """Return every instrumentor plugins provide: name → factory taking a tracer."""
     return dict(_checked().provided["agl_instrumentors"])

@@ -113,7 +113,7 @@ class Trainer:
 
     def __init__(
         self,
-        algorithm: Algorithm | str | Mapping[str, StepAlgorithm | None] | None = None,
+        algorithm: Algorithm | str | Mapping[str, StepAlgorithm | str | None] | None = None,
         *,
         store: str | Store | None = None,
         n_runners: int = 1,
@@ -530,30 +530,16 @@ class _GatewayStarter:
 
 
 def _resolve_algorithm(
-    algorithm: Algorithm | str | Mapping[str, StepAlgorithm | None] | None,
+    algorithm: Algorithm | str | Mapping[str, StepAlgorithm | str | None] | None,
 ) -> Algorithm:
     if algorithm is None:
         return Baseline()
     if isinstance(algorithm, Algorithm):
         return algorithm
     if isinstance(algorithm, str):
-        from agl.plugins import load_algorithm
+        from agl.plugins import create_algorithm
 
-        cls = load_algorithm(algorithm)
-        try:
-            built = cls()
-        except TypeError as exc:
-            raise InvalidInputError(
-                f"algorithm {algorithm!r} ({cls.__module__}.{cls.__qualname__}) cannot be built "
-                f"with default settings ({exc}); build it yourself and pass the object",
-                field="algorithm",
-            ) from exc
-        if not isinstance(built, Algorithm):
-            raise InvalidInputError(
-                f"algorithm {algorithm!r} built a {type(built).__name__}, not an agl.Algorithm",
-                field="algorithm",
-            )
-        return built
+        return create_algorithm(algorithm)
     if isinstance(algorithm, Mapping):
         from agl.per_agent import PerAgent
 
