@@ -1,0 +1,1 @@
+"""agl-apo: automatic prompt optimization."""

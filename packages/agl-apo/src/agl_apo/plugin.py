@@ -1,0 +1,1 @@
+"""agl-apo's plugin (filled in below)."""
