@@ -166,6 +166,23 @@ async def test_instrumentation_is_idempotent_and_reversible(
     assert llm_spans(await store.query_spans(second_id)) == []
 
 
+async def test_omitted_parameters_are_left_out_without_warnings(
+    server: OpenAIServer, setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client = openai.OpenAI(base_url=server.url, api_key="test")
+    messages: Any = [{"role": "user", "content": "hi"}]
+    async with tracer.rollout(rollout_id, attempt_id):
+        client.chat.completions.create(
+            model="m", messages=messages, top_p=openai.omit, temperature=0.5
+        )
+    [span] = llm_spans(await store.query_spans(rollout_id))
+    assert "gen_ai.request.top_p" not in span.attributes
+    assert span.attributes["gen_ai.request.temperature"] == 0.5
+    assert not [r for r in caplog.records if "Invalid type" in r.getMessage()]
+
+
 async def test_instrumentations_on_one_tracer_share_the_patches(
     server: OpenAIServer, setup: Any
 ) -> None:

@@ -63,6 +63,7 @@ class _SharedPatches:
         self._holders = 0
         self._instrumentor: Any = None
         self._original_run_async: Any = None
+        self._original_setters: list[tuple[Any, Any]] = []
 
     def acquire(self, tracer: Tracer) -> None:
         with self._lock:
@@ -89,12 +90,47 @@ class _SharedPatches:
         self._instrumentor = instrumentor
         self._tracer = tracer
         self._speed_up_sync_calls()
+        self._skip_omitted_values()
 
     def _stop(self) -> None:
         self._instrumentor.uninstrument()
         _remove_leftover_wrappers()
         self._instrumentor = None
         self._tracer = None
+        for module, original in self._original_setters:
+            setattr(module, "_set_span_attribute", original)  # noqa: B010
+        self._original_setters = []
+
+    def _skip_omitted_values(self) -> None:
+        """Leave out request parameters the caller omitted with openai 2's ``omit``.
+
+        The instrumentation skips ``NOT_GIVEN`` but not ``openai.Omit``, which clients such as
+        the Agents SDK pass for settings they leave unset (``top_p=omit``): OpenTelemetry then
+        drops the value with a warning per call. Each module's copy of the instrumentation's
+        ``_set_span_attribute`` is wrapped to skip those values too.
+        """
+        import importlib
+
+        import openai
+
+        omit = getattr(openai, "Omit", None)
+        if omit is None:
+            return
+        for name in _SETTER_MODULES:
+            try:
+                module = importlib.import_module(f"{_INSTRUMENTATION_PACKAGE}.{name}")
+            except ImportError:
+                continue
+            original = getattr(module, "_set_span_attribute", None)
+            if original is None:
+                continue
+
+            def setter(span: Any, key: str, value: Any, _original: Any = original) -> None:
+                if not isinstance(value, omit):
+                    _original(span, key, value)
+
+            setattr(module, "_set_span_attribute", setter)  # noqa: B010
+            self._original_setters.append((module, original))
         if self._original_run_async is not None:
             from opentelemetry.instrumentation.openai.shared import chat_wrappers
 
@@ -157,3 +193,13 @@ def _remove_leftover_wrappers() -> None:
 
 
 _INSTRUMENTATION_PACKAGE = "opentelemetry.instrumentation.openai"
+# The modules of the instrumentation that hold a copy of its `_set_span_attribute`.
+_SETTER_MODULES = (
+    "shared",
+    "shared.chat_wrappers",
+    "shared.completion_wrappers",
+    "shared.embeddings_wrappers",
+    "v1.responses_wrappers",
+    "v1.assistant_wrappers",
+    "v1.event_handler_wrapper",
+)
