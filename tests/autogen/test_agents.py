@@ -9,7 +9,6 @@ agent: a writer and a critic take turns in a ``RoundRobinGroupChat``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -24,11 +23,16 @@ from autogen_core.tools import FunctionTool
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import agl
-from agl import AttemptStatus, LightningRL, RolloutRequest, semconv
+from agl import LightningRL, semconv
 from agl.gateway import GatewayServer
-from agl.lightning import AttemptCalls, extract_calls
+from agl.lightning import extract_calls
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
+from agl.testing.gateway_rollouts import (
+    joined_calls,
+    run_through_gateway,
+    spans_of_type,
+)
 from agl.testing.openai_server import OpenAIServer, decode, sequence, tool_reply
 from agl.tracing.openai import OpenAIInstrumentation
 from agl_autogen.instrumentor import AutogenInstrumentor
@@ -75,47 +79,17 @@ async def run(
     reward: float | None = None,
 ) -> tuple[str, list[agl.Span]]:
     """Run ``task(client)`` as one rollout through the gateway; return its id and spans."""
-    [rollout] = await store.enqueue_rollouts(
-        [RolloutRequest(input="task", metadata={"group_id": "g"})]
-    )
-    [claim] = await store.dequeue_rollouts(limit=1)
-    rollout_id, attempt_id = rollout.rollout_id, claim.attempt.attempt_id
-    client = OpenAIChatCompletionClient(
-        model="m",
-        base_url=gateway.rollout_url(rollout_id, attempt_id),
-        api_key="k",
-        model_info=MODEL_INFO,
-        max_retries=0,
-    )
-    try:
-        async with tracer.rollout(rollout_id, attempt_id):
+
+    async def job(base_url: str) -> None:
+        client = OpenAIChatCompletionClient(
+            model="m", base_url=base_url, api_key="k", model_info=MODEL_INFO, max_retries=0
+        )
+        try:
             await task(client)
-            if reward is not None:
-                agl.emit_reward(reward)
-    finally:
-        await client.close()
-    await store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.SUCCEEDED)
-    assert gateway.gateway is not None
-    assert await asyncio.to_thread(gateway.gateway.sender.flush, 10)
-    return rollout_id, await store.query_spans(rollout_id)
+        finally:
+            await client.close()
 
-
-def calls_of(spans: list[agl.Span]) -> AttemptCalls:
-    """The attempt's calls, checked to be joined on response ids with the gateway's spans."""
-    gateway_ids = [
-        s.attributes[semconv.GEN_AI_RESPONSE_ID]
-        for s in spans
-        if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_GATEWAY
-    ]
-    calls = extract_calls(spans)
-    assert [call.response_id for call in calls.calls] == gateway_ids
-    assert all(call.has_tokens for call in calls.calls)
-    assert set(calls.counts.values()) == {0}, calls.counts  # no order joins, no lone sides
-    return calls
-
-
-def spans_of_type(spans: list[agl.Span], kind: str) -> list[agl.Span]:
-    return [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == kind]
+    return await run_through_gateway(job, store, tracer, gateway, reward=reward)
 
 
 async def discuss(client: OpenAIChatCompletionClient) -> None:
@@ -130,7 +104,7 @@ async def test_a_team_gives_each_agent_its_own_calls(
     gateway: GatewayServer,
 ) -> None:
     _, spans = await run(discuss, store, tracer, gateway)
-    calls = calls_of(spans)
+    calls = joined_calls(spans)
     assert [call.agent for call in calls.calls] == ["writer", "critic"]
     agents = spans_of_type(spans, semconv.SPAN_TYPE_AGENT)
     assert [(s.name, s.attributes[semconv.AGL_AGENT_NAME]) for s in agents] == [
@@ -167,7 +141,10 @@ async def test_a_function_tool_round_trip_records_both_calls_and_the_tool(
 
     _, spans = await run(task, store, tracer, gateway)
     # run() returns at the agent's response: its span must end then, inside the rollout.
-    assert [call.agent for call in calls_of(spans).calls] == ["calculator", "calculator"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "calculator",
+        "calculator",
+    ]
     asking = spans_of_type(spans, semconv.SPAN_TYPE_LLM)[0]
     asked = json.loads(str(asking.attributes[semconv.AGL_TOOL_CALLS]))
     assert [(c["name"], json.loads(c["arguments"])) for c in asked] == [("add", {"a": 2, "b": 3})]
@@ -189,7 +166,7 @@ async def test_streamed_calls_carry_their_response_ids(
         assert events
 
     _, spans = await run(task, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["writer"]
+    assert [call.agent for call in joined_calls(spans).calls] == ["writer"]
 
 
 async def test_lightningrl_trains_only_the_selected_agent(

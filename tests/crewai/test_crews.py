@@ -20,11 +20,15 @@ from crewai.tools import tool
 from pydantic import BaseModel
 
 import agl
-from agl import AttemptStatus, LightningRL, RolloutRequest, semconv
+from agl import LightningRL, semconv
 from agl.gateway import GatewayServer
-from agl.lightning import AttemptCalls, extract_calls
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
+from agl.testing.gateway_rollouts import (
+    joined_calls,
+    run_through_gateway,
+    spans_of_type,
+)
 from agl.testing.openai_server import OpenAIServer, Reply, decode, sequence, tool_reply
 from agl.tracing.openai import OpenAIInstrumentation
 from agl_crewai._normalize import TASK_NAME
@@ -89,37 +93,7 @@ async def run(
     reward: float | None = None,
 ) -> tuple[str, list[agl.Span]]:
     """Run ``job(base_url)`` as one rollout through the gateway; return its id and spans."""
-    [rollout] = await store.enqueue_rollouts(
-        [RolloutRequest(input="task", metadata={"group_id": "g"})]
-    )
-    [claim] = await store.dequeue_rollouts(limit=1)
-    rollout_id, attempt_id = rollout.rollout_id, claim.attempt.attempt_id
-    async with tracer.rollout(rollout_id, attempt_id):
-        await job(gateway.rollout_url(rollout_id, attempt_id))
-        if reward is not None:
-            agl.emit_reward(reward)
-    await store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.SUCCEEDED)
-    assert gateway.gateway is not None
-    assert await asyncio.to_thread(gateway.gateway.sender.flush, 10)
-    return rollout_id, await store.query_spans(rollout_id)
-
-
-def calls_of(spans: list[agl.Span]) -> AttemptCalls:
-    """The attempt's calls, checked to be joined on response ids with the gateway's spans."""
-    gateway_ids = [
-        s.attributes[semconv.GEN_AI_RESPONSE_ID]
-        for s in spans
-        if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_GATEWAY
-    ]
-    calls = extract_calls(spans)
-    assert [call.response_id for call in calls.calls] == gateway_ids
-    assert all(call.has_tokens for call in calls.calls)
-    assert set(calls.counts.values()) == {0}, calls.counts  # no order joins, no lone sides
-    return calls
-
-
-def spans_of_type(spans: list[agl.Span], kind: str) -> list[agl.Span]:
-    return [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == kind]
+    return await run_through_gateway(job, store, tracer, gateway, reward=reward)
 
 
 async def sequential(base_url: str) -> None:
@@ -134,7 +108,10 @@ async def test_a_crew_gives_each_agent_its_own_calls(
     gateway: GatewayServer,
 ) -> None:
     _, spans = await run(sequential, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["writer", "checker"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "writer",
+        "checker",
+    ]
     agents = spans_of_type(spans, semconv.SPAN_TYPE_AGENT)
     assert [(s.name, s.attributes[semconv.AGL_AGENT_NAME]) for s in agents] == [
         ("writer.draft._execute_core", "writer"),
@@ -163,7 +140,10 @@ async def test_a_tool_round_trip_records_both_calls_and_the_tool(
         assert result.raw == "5"
 
     _, spans = await run(job, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["calculator", "calculator"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "calculator",
+        "calculator",
+    ]
     asking = spans_of_type(spans, semconv.SPAN_TYPE_LLM)[0]
     asked = json.loads(str(asking.attributes[semconv.AGL_TOOL_CALLS]))
     assert [(c["name"], json.loads(c["arguments"])) for c in asked] == [("add", {"a": 2, "b": 3})]
@@ -187,7 +167,7 @@ async def test_streamed_calls_carry_their_response_ids(
         assert result.raw.startswith("ok: ")
 
     _, spans = await run(job, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["writer"]
+    assert [call.agent for call in joined_calls(spans).calls] == ["writer"]
 
 
 async def test_structured_output_is_one_traced_call(
@@ -211,7 +191,7 @@ async def test_structured_output_is_one_traced_call(
         assert result.pydantic == Answer(value=5)
 
     _, spans = await run(job, store, tracer, gateway)
-    [call] = calls_of(spans).calls
+    [call] = joined_calls(spans).calls
     assert call.agent == "solver"
     [asking] = spans_of_type(spans, semconv.SPAN_TYPE_LLM)
     assert "structured_output_schema" in str(dict(asking.attributes))
@@ -228,7 +208,10 @@ async def test_native_async_crews_name_their_agents(
         assert result.raw.startswith("ok: ")
 
     _, spans = await run(job, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["writer", "checker"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "writer",
+        "checker",
+    ]
     agents = spans_of_type(spans, semconv.SPAN_TYPE_AGENT)
     assert [s.name for s in agents] == ["writer.aexecute_task", "checker.aexecute_task"]
 
@@ -272,7 +255,7 @@ async def test_a_coworker_a_manager_delegates_to_gets_its_own_calls(
         assert result.raw == "done: the coworker's line"
 
     _, spans = await run(job, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == [
+    assert [call.agent for call in joined_calls(spans).calls] == [
         "Crew Manager",
         "writer",
         "Crew Manager",
@@ -317,5 +300,8 @@ async def test_with_the_openai_instrumentation_too_each_call_counts_once(
     finally:
         openai.uninstrument()
     assert len(spans_of_type(spans, semconv.SPAN_TYPE_LLM)) == 2  # shared patches: one span each
-    assert [call.agent for call in calls_of(spans).calls] == ["writer", "checker"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "writer",
+        "checker",
+    ]
     assert instrumented.instrumented

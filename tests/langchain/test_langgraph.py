@@ -8,7 +8,6 @@ gateway's token ids on the response id (never by order) and given to the right a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,11 +22,15 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel
 
 import agl
-from agl import AttemptStatus, LightningRL, RolloutRequest, semconv
+from agl import LightningRL, semconv
 from agl.gateway import GatewayServer
-from agl.lightning import AttemptCalls, extract_calls
+from agl.lightning import extract_calls
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
+from agl.testing.gateway_rollouts import (
+    joined_calls,
+    run_through_gateway,
+)
 from agl.testing.openai_server import OpenAIServer, decode, sequence, tool_reply
 from agl.tracing.openai import OpenAIInstrumentation
 from agl_langchain.instrumentor import LangChainInstrumentor
@@ -68,36 +71,11 @@ async def run(
     reward: float | None = None,
 ) -> tuple[str, list[agl.Span]]:
     """Run ``agent(model)`` as one rollout through the gateway; return its id and spans."""
-    [rollout] = await store.enqueue_rollouts(
-        [RolloutRequest(input="task", metadata={"group_id": "g"})]
-    )
-    [claim] = await store.dequeue_rollouts(limit=1)
-    rollout_id, attempt_id = rollout.rollout_id, claim.attempt.attempt_id
-    model = ChatOpenAI(
-        model="m", base_url=gateway.rollout_url(rollout_id, attempt_id), api_key="k", max_retries=0
-    )
-    async with tracer.rollout(rollout_id, attempt_id):
-        await agent(model)
-        if reward is not None:
-            agl.emit_reward(reward)
-    await store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.SUCCEEDED)
-    assert gateway.gateway is not None
-    assert await asyncio.to_thread(gateway.gateway.sender.flush, 10)
-    return rollout_id, await store.query_spans(rollout_id)
 
+    async def job(base_url: str) -> None:
+        await agent(ChatOpenAI(model="m", base_url=base_url, api_key="k", max_retries=0))
 
-def calls_of(spans: list[agl.Span]) -> AttemptCalls:
-    """The attempt's calls, checked to be joined on response ids with the gateway's spans."""
-    gateway_ids = [
-        s.attributes[semconv.GEN_AI_RESPONSE_ID]
-        for s in spans
-        if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_GATEWAY
-    ]
-    calls = extract_calls(spans)
-    assert [call.response_id for call in calls.calls] == gateway_ids
-    assert all(call.has_tokens for call in calls.calls)
-    assert set(calls.counts.values()) == {0}, calls.counts  # no order joins, no lone sides
-    return calls
+    return await run_through_gateway(job, store, tracer, gateway, reward=reward)
 
 
 def llm_spans(spans: list[agl.Span]) -> list[agl.Span]:
@@ -131,7 +109,7 @@ async def test_each_node_is_an_agent_and_its_calls_join_the_gateway(
         assert result["text"] == "ok: check: ok: write about otters"
 
     _, spans = await run(agent, store, tracer, gateway)
-    calls = calls_of(spans)
+    calls = joined_calls(spans)
     assert [call.agent for call in calls.calls] == ["writer", "checker"]
     nodes = {
         s.name: s.attributes
@@ -164,7 +142,7 @@ async def test_streamed_calls_carry_their_response_id(
         assert (await streaming.ainvoke("third")).content == "ok: third"
 
     _, spans = await run(agent, store, tracer, gateway)
-    assert len(calls_of(spans).calls) == 3
+    assert len(joined_calls(spans).calls) == 3
     assert all(semconv.GEN_AI_RESPONSE_ID in s.attributes for s in llm_spans(spans))
 
 
@@ -186,7 +164,7 @@ async def test_a_tool_call_round_trip_records_both_calls_and_the_tool(
         assert (await bound.ainvoke(messages)).content == "2 + 3 = 5"
 
     _, spans = await run(agent, store, tracer, gateway)
-    assert len(calls_of(spans).calls) == 2
+    assert len(joined_calls(spans).calls) == 2
     asked = json.loads(str(llm_spans(spans)[0].attributes[semconv.AGL_TOOL_CALLS]))
     assert [(c["name"], json.loads(c["arguments"])) for c in asked] == [("add", {"a": 2, "b": 3})]
     [tool_span] = [
@@ -210,7 +188,7 @@ async def test_structured_output_is_an_llm_call(
         assert await model.with_structured_output(Answer).ainvoke("2 + 3?") == Answer(value=5)
 
     _, spans = await run(agent, store, tracer, gateway)
-    assert len(calls_of(spans).calls) == 1
+    assert len(joined_calls(spans).calls) == 1
 
 
 async def test_agents_are_named_by_their_outermost_node_or_their_own_name(
@@ -251,7 +229,7 @@ async def test_agents_are_named_by_their_outermost_node_or_their_own_name(
         await model.with_config({"metadata": {"lc_agent_name": "critic"}}).ainvoke("fine?")
 
     _, spans = await run(agent, store, tracer, gateway)
-    agents = [call.agent for call in calls_of(spans).calls]
+    agents = [call.agent for call in joined_calls(spans).calls]
     assert agents == ["researcher", "researcher", "helper", "helper", "critic"]
     # That call's own LLM span names the agent, and stays an LLM span.
     named = [s.attributes.get(semconv.AGL_AGENT_NAME) for s in llm_spans(spans)]
@@ -283,7 +261,10 @@ async def test_a_react_agent_added_as_a_node_is_one_agent(
         await graph.compile().ainvoke({"messages": [HumanMessage("1 + 1?")]})
 
     _, spans = await run(agent, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["solver", "solver"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "solver",
+        "solver",
+    ]
 
 
 async def test_lightningrl_trains_only_the_selected_agent(

@@ -9,7 +9,6 @@ agent: a triage agent hands off to a specialist, which is an agent of its own.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -19,11 +18,16 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
 from openai import AsyncOpenAI
 
 import agl
-from agl import AttemptStatus, LightningRL, RolloutRequest, semconv
+from agl import LightningRL, semconv
 from agl.gateway import GatewayServer
-from agl.lightning import AttemptCalls, extract_calls
+from agl.lightning import extract_calls
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
+from agl.testing.gateway_rollouts import (
+    joined_calls,
+    run_through_gateway,
+    spans_of_type,
+)
 from agl.testing.openai_server import OpenAIServer, Reply, decode, echo, sequence, tool_reply
 from agl.tracing.openai import OpenAIInstrumentation
 from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
@@ -83,40 +87,12 @@ async def run(
     reward: float | None = None,
 ) -> tuple[str, list[agl.Span]]:
     """Run ``task(model)`` as one rollout through the gateway; return its id and spans."""
-    [rollout] = await store.enqueue_rollouts(
-        [RolloutRequest(input="task", metadata={"group_id": "g"})]
-    )
-    [claim] = await store.dequeue_rollouts(limit=1)
-    rollout_id, attempt_id = rollout.rollout_id, claim.attempt.attempt_id
-    base_url = gateway.rollout_url(rollout_id, attempt_id)
-    async with AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0) as client:
-        model = OpenAIChatCompletionsModel(model="m", openai_client=client)
-        async with tracer.rollout(rollout_id, attempt_id):
-            await task(model)
-            if reward is not None:
-                agl.emit_reward(reward)
-    await store.update_attempt(rollout_id, attempt_id, status=AttemptStatus.SUCCEEDED)
-    assert gateway.gateway is not None
-    assert await asyncio.to_thread(gateway.gateway.sender.flush, 10)
-    return rollout_id, await store.query_spans(rollout_id)
 
+    async def job(base_url: str) -> None:
+        async with AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0) as client:
+            await task(OpenAIChatCompletionsModel(model="m", openai_client=client))
 
-def calls_of(spans: list[agl.Span]) -> AttemptCalls:
-    """The attempt's calls, checked to be joined on response ids with the gateway's spans."""
-    gateway_ids = [
-        s.attributes[semconv.GEN_AI_RESPONSE_ID]
-        for s in spans
-        if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_GATEWAY
-    ]
-    calls = extract_calls(spans)
-    assert [call.response_id for call in calls.calls] == gateway_ids
-    assert all(call.has_tokens for call in calls.calls)
-    assert set(calls.counts.values()) == {0}, calls.counts  # no order joins, no lone sides
-    return calls
-
-
-def spans_of_type(spans: list[agl.Span], kind: str) -> list[agl.Span]:
-    return [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == kind]
+    return await run_through_gateway(job, store, tracer, gateway, reward=reward)
 
 
 async def ask(model: OpenAIChatCompletionsModel) -> None:
@@ -132,7 +108,7 @@ async def test_a_handoff_gives_each_agent_its_own_calls(
     gateway: GatewayServer,
 ) -> None:
     _, spans = await run(ask, store, tracer, gateway)
-    calls = calls_of(spans)
+    calls = joined_calls(spans)
     assert [call.agent for call in calls.calls] == ["triage", "specialist"]
     agents = spans_of_type(spans, semconv.SPAN_TYPE_AGENT)
     assert [(s.name, s.attributes[semconv.AGL_AGENT_NAME]) for s in agents] == [
@@ -166,7 +142,11 @@ async def test_a_function_tool_round_trip_records_both_calls_and_the_tool(
         assert (await Runner.run(triage_agent(model), "what is 2 + 3?")).final_output == "5"
 
     _, spans = await run(task, store, tracer, gateway)
-    assert [call.agent for call in calls_of(spans).calls] == ["triage", "specialist", "specialist"]
+    assert [call.agent for call in joined_calls(spans).calls] == [
+        "triage",
+        "specialist",
+        "specialist",
+    ]
     asking = spans_of_type(spans, semconv.SPAN_TYPE_LLM)[1]
     asked = json.loads(str(asking.attributes[semconv.AGL_TOOL_CALLS]))
     assert [(c["name"], json.loads(c["arguments"])) for c in asked] == [("add", {"a": 2, "b": 3})]
@@ -192,7 +172,7 @@ async def test_an_agent_run_as_a_tool_owns_the_calls_it_makes(
         assert (await Runner.run(manager, "what is 2 + 3?")).final_output == "it is 5"
 
     _, spans = await run(task, store, tracer, gateway)
-    agents = [call.agent for call in calls_of(spans).calls]
+    agents = [call.agent for call in joined_calls(spans).calls]
     assert agents == ["manager", "specialist", "manager"]
     [tool_span] = spans_of_type(spans, semconv.SPAN_TYPE_TOOL)
     assert tool_span.attributes[semconv.AGL_TOOL_NAME] == "ask_specialist"
@@ -215,7 +195,7 @@ async def test_streamed_runs_carry_their_response_ids(
         assert result.final_output == "5"
 
     _, spans = await run(task, store, tracer, gateway)
-    calls = calls_of(spans)
+    calls = joined_calls(spans)
     assert [call.agent for call in calls.calls] == ["triage", "specialist", "specialist"]
     assert all(
         semconv.GEN_AI_RESPONSE_ID in s.attributes
