@@ -30,7 +30,7 @@ from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL
 from agl.resources import Resource
-from agl_torch.served_policy import CheckpointSettings, ServedPolicy
+from agl_torch.served_policy import CheckpointSettings, ServedPolicy, model_or_env
 
 __all__ = ["LightningRLTorch"]
 
@@ -39,7 +39,8 @@ class LightningRLTorch(StepAlgorithm):
     """Train an agent's LLM with LightningRL on PyTorch (see the module docstring).
 
     Args:
-        model: The policy to train: a Hugging Face model folder.
+        model: The policy to train: a Hugging Face model folder (default: the folder
+            ``$AGL_TORCH_MODEL`` names, so that the algorithm builds by name).
         resource: The name of the LLM resource agents receive (``llm`` by default).
         model_name: The model name the server answers to.
         n_epochs / batch_size / n_samples / max_steps: The loop (:class:`agl.StepAlgorithm`);
@@ -90,7 +91,7 @@ class LightningRLTorch(StepAlgorithm):
     ) -> None:
         if n_samples < 1:
             raise InvalidInputError(f"n_samples must be at least 1, got {n_samples}")
-        self.model = model
+        self.model = model_or_env(model)
         self.resource = resource
         self.n_epochs = n_epochs
         self.batch_size = batch_size
@@ -124,7 +125,8 @@ class LightningRLTorch(StepAlgorithm):
     async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
         if self.model is None:
             raise InvalidInputError(
-                f"{self.name} needs a model to train: LightningRLTorch(model='path/to/hf-model')",
+                f"{self.name} needs a model to train: LightningRLTorch(model='path/to/hf-model'), "
+                "or the folder in $AGL_TORCH_MODEL",
                 field="model",
             )
         self.policy = ServedPolicy(

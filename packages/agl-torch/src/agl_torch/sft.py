@@ -32,7 +32,7 @@ from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, Transition
 from agl.resources import Resource
-from agl_torch.served_policy import CheckpointSettings, ServedPolicy
+from agl_torch.served_policy import CheckpointSettings, ServedPolicy, model_or_env
 
 if TYPE_CHECKING:
     from agl_torch.data import SFTExample
@@ -176,7 +176,7 @@ class SFTTorch(StepAlgorithm):
         keep_checkpoints: int = 2,
         resume: bool | str | os.PathLike[str] = False,
     ) -> None:
-        self.model = model
+        self.model = model_or_env(model)
         self.messages = messages
         self.tools = tools
         self.message_epochs = message_epochs
@@ -201,7 +201,7 @@ class SFTTorch(StepAlgorithm):
             "seed": seed,
         }
         self.policy = ServedPolicy(
-            model or "",
+            self.model or "",
             learner_options=self.learner_options,
             model_name=model_name,
             sampling_parameters={"temperature": temperature}
@@ -215,7 +215,8 @@ class SFTTorch(StepAlgorithm):
     async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
         if self.model is None:
             raise InvalidInputError(
-                f"{self.name} needs a model to train: SFTTorch(model='path/to/hf-model')",
+                f"{self.name} needs a model to train: SFTTorch(model='path/to/hf-model'), "
+                "or the folder in $AGL_TORCH_MODEL",
                 field="model",
             )
         llm = await self.policy.start(ctx)
