@@ -208,15 +208,9 @@ def fit(
         recording = RecordingStore() if store is None else None
         opened = recording if recording is not None else agl.open_store(store or "")
         async with opened:
+            options = {"progress": False, "console": False, "plot": False, **trainer_options}
             trainer = agl.Trainer(
-                algorithm,
-                store=opened,
-                run_dir=run_dir,
-                resources=resources,
-                progress=False,
-                console=False,
-                plot=False,
-                **trainer_options,
+                algorithm, store=opened, run_dir=run_dir, resources=resources, **options
             )
             result = await trainer.fit_async(agent, train, val)
             page = await opened.query_rollouts(limit=10_000)

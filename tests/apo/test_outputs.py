@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +97,13 @@ def test_the_estimate_follows_the_budgets() -> None:
     assert estimate_cost(tight, 8, 4).optimizer_calls == 0
     assert "the optimizer token budget ends the search early" in estimate_cost(tight, 8, 4).notes
     assert estimate_cost(APO(max_rollouts=3, val_size=4), 8, 4).scoring_rollouts == 0
+
+
+def test_by_default_apo_prints_where_the_trainer_prints(rig: Any, tmp_path: Path) -> None:
+    console = Console(file=io.StringIO(), width=160)
+    rig.fit(rig.apo(max_rounds=1, console=None), tmp_path / "loud", rig.tasks("strict"),
+            console=console)  # fmt: skip
+    assert "best prompt" in console.file.getvalue()  # type: ignore[attr-defined]
+    quiet = rig.apo(max_rounds=1, console=None)
+    rig.fit(quiet, tmp_path / "quiet", rig.tasks("strict"))  # the trainer is quiet: so is APO
+    assert quiet.console is None

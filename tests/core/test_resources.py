@@ -44,6 +44,13 @@ def test_jinja2_template_undefined_variable_is_an_error() -> None:
     assert "name" in caught.value.message
 
 
+def test_a_malformed_jinja2_template_is_a_template_error() -> None:
+    template = PromptTemplate(template="Hi {{ name ", engine="jinja2")
+    for use in (template.variables, template.format):
+        with pytest.raises(TemplateFormatError, match="jinja2"):
+            use()
+
+
 def test_jinja2_template_runs_sandboxed() -> None:
     # Templates may come from an optimizer model: no access to Python internals.
     template = PromptTemplate(template="{{ x.__class__.__mro__ }}", engine="jinja2")

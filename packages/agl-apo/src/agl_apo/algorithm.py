@@ -100,7 +100,8 @@ class APO(StepAlgorithm):
             (budgets spent so far included); False starts a new one.
         state_resource: The name the :class:`~agl_apo.state.APOState` is published under
             (default ``apo/<prompt names>``).
-        console: Print the candidates table and the best prompt at the end: True (stderr), a
+        console: Print the candidates table and the best prompt at the end: None (where the
+            trainer prints, nowhere when it is quiet), True (stderr), a
             :class:`rich.console.Console`, or False.
         plot: Draw ``run_dir/apo/scores.png`` (needs matplotlib).
         metrics_prefix: Prefix of the metrics APO logs (``apo/best_score``, ...).
@@ -147,7 +148,7 @@ class APO(StepAlgorithm):
         max_steps: int | None = None,
         resume: bool = True,
         state_resource: str | None = None,
-        console: bool | Console = True,
+        console: bool | Console | None = None,
         plot: bool = True,
         metrics_prefix: str = "apo/",
     ) -> None:
@@ -216,10 +217,8 @@ class APO(StepAlgorithm):
         self.max_steps = max_rounds if max_steps is None else max_steps
         self.resume = resume
         self.state_resource = state_resource
-        if isinstance(console, Console):
-            self.console: Console | None = console
-        else:
-            self.console = Console(stderr=True) if console else None
+        self._console_option = console
+        self.console: Console | None = _console(console)
         self.plot = plot
         self.metrics_prefix = metrics_prefix
         self.search: Search | None = None
@@ -322,6 +321,8 @@ class APO(StepAlgorithm):
             state, settings, optimizer, self.meta_prompts, seeds, tasks, self._state_name
         )
         state.stopped = self.search.stop_reason()
+        if self._console_option is None:
+            self.console = ctx.console if isinstance(ctx.console, Console) else None
         self.report = Report(ctx.run_dir / "apo", console=self.console, plot=self.plot)
         estimate = estimate_cost(
             self,
@@ -455,3 +456,10 @@ def _check_at_least(field: str, value: float | None, low: float) -> None:
             field=field,
             value=value,
         )
+
+
+def _console(option: bool | Console | None) -> Console | None:
+    """The console the ``console`` option names (None: decided at setup, from the trainer's)."""
+    if isinstance(option, Console):
+        return option
+    return Console(stderr=True) if option else None

@@ -91,6 +91,7 @@ class AlgorithmContext:
         progress: Any,
         start_gateway: Any,
         flush_gateway: Any = None,
+        console: Any = None,
     ) -> None:
         self.store = store
         self.run_dir = run_dir
@@ -103,6 +104,9 @@ class AlgorithmContext:
         self._progress = progress
         self._start_gateway = start_gateway
         self._flush_gateway = flush_gateway
+        self.console = console
+        """Where the trainer prints (a :class:`rich.console.Console`), or None when it is quiet;
+        algorithms print their own summaries there."""
         self.history: list[dict[str, float]] = []
         """Every metrics row logged so far (``step`` included)."""
         self.totals = {"rollouts": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "retried": 0}

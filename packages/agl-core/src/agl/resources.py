@@ -166,9 +166,16 @@ class PromptTemplate(Resource):
                 if field_name:
                     names.add(field_name.split(".")[0].split("[")[0])
             return names
+        import jinja2
         from jinja2 import meta
 
-        return set(meta.find_undeclared_variables(self._jinja().parse(self.template)))
+        try:
+            parsed_jinja = self._jinja().parse(self.template)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateFormatError(
+                f"malformed jinja2 template: {exc}", field="template", value=self.template
+            ) from exc
+        return set(meta.find_undeclared_variables(parsed_jinja))
 
     def _format_fstring(self, variables: dict[str, Any]) -> str:
         try:

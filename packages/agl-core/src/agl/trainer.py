@@ -242,6 +242,7 @@ class Trainer:
                 progress=self._progress_bar,
                 start_gateway=gateway.start,
                 flush_gateway=gateway.flush,
+                console=self.console,
             )
             if self.resources:
                 await ctx.publish(self.resources)
