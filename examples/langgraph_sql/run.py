@@ -36,27 +36,20 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import company_db
 from rich.console import Console
-from rich.table import Table
 from sql_agent import CHECKER_PROMPT, REWRITER_PROMPT, WRITER_PROMPT, sql_agent
 
 import agl
-from agl.algorithm import AlgorithmContext, StepBatch
-from agl.lightning import TransitionBatch, agent_stats, agents_table, extract_calls
-from agl.resources import Resource
-from agl_torch.rl import LightningRLTorch
+from agl.lightning import agent_stats, agent_steps_table, agents_table
+from agl.metrics import read_metrics
 
 __all__ = [
     "INSTRUMENT",
-    "StepReport",
-    "WriterRL",
     "dev",
     "main",
     "train",
@@ -88,33 +81,6 @@ def dev(
     return trainer.dev(sql_agent, list(tasks))
 
 
-@dataclass
-class StepReport:
-    """What one training step saw: every agent's calls, and the transitions it trained on."""
-
-    step: int
-    calls: Counter[str]
-    transitions: TransitionBatch
-
-
-class WriterRL(LightningRLTorch):
-    """:class:`~agl_torch.rl.LightningRLTorch`, keeping a :class:`StepReport` of every step."""
-
-    def __init__(self, model: Path, **options: Any) -> None:
-        super().__init__(model, **options)
-        self.reports: list[StepReport] = []
-
-    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
-        calls = Counter(
-            call.agent or "-"
-            for result in batch.results
-            for call in extract_calls(result.spans).calls
-        )
-        transitions = batch.transitions if batch.transitions is not None else TransitionBatch([])
-        self.reports.append(StepReport(batch.step, calls, transitions))
-        return await super().step(ctx, batch)
-
-
 def train(
     tasks: Sequence[Mapping[str, str]],
     *,
@@ -125,8 +91,14 @@ def train(
     max_tokens: int = 32,
     lr: float = 1e-3,
     console: bool | Console = True,
-) -> WriterRL:
-    """Train the writer (only) with LightningRL on a tiny model built in code; return it."""
+    algorithm: type[Any] | None = None,
+) -> agl.FitResult:
+    """Train the writer (only) with LightningRL on a tiny model built in code.
+
+    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
+    look at each step's batch, say).
+    """
+    from agl_torch.rl import LightningRLTorch
     from agl_torch.tiny import build_tiny_model
 
     # A tokenizer trained on the task's own text keeps the prompts short.
@@ -136,7 +108,7 @@ def train(
     model = build_tiny_model(
         run_dir / "tiny-model", corpus=corpus, vocab_size=512, max_position_embeddings=2048
     )
-    writer = WriterRL(
+    writer = (algorithm or LightningRLTorch)(
         model,
         n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
         n_samples=n_samples,
@@ -157,19 +129,7 @@ def train(
         progress=console is not False,
         plot=False,
     )
-    trainer.fit(sql_agent, list(tasks))
-    return writer
-
-
-def _steps_table(reports: Sequence[StepReport]) -> Table:
-    table = Table(title="calls and transitions per agent", title_justify="left")
-    for column in ("step", "agent", "LLM calls", "transitions"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
-    for report in reports:
-        made = Counter(t.agent or "-" for t in report.transitions)
-        for agent in sorted(report.calls):
-            table.add_row(str(report.step), agent, str(report.calls[agent]), str(made[agent]))
-    return table
+    return trainer.fit(sql_agent, list(tasks))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -188,11 +148,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     tasks = company_db.questions(args.split or ("train" if args.train else "val"))
 
     if args.train:
-        writer = train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
-        out.print(_steps_table(writer.reports))
-        other = sum(r.transitions.report.notes["other_agents_calls"] for r in writer.reports)
+        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        rows = read_metrics(args.run_dir)
+        out.print(agent_steps_table(rows))
+        other = sum(row.get("transitions/other_agents_calls") or 0 for row in rows)
         out.print(
-            f"only the writer was trained; {other} calls of other agents were left out "
+            f"only the writer was trained; {other:.0f} calls of other agents were left out "
             f"(other_agents_calls). Run dir: {args.run_dir}"
         )
         return

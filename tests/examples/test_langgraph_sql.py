@@ -188,30 +188,38 @@ def test_the_script_prints_the_table_per_agent(
 
 
 @pytest.mark.slow
-def test_training_only_the_writer(langchain_adapter: None, tmp_path: Path) -> None:
+def test_training_only_the_writer(
+    langchain_adapter: None, tmp_path: Path, recorded_rl: Any
+) -> None:
     from transformers import AutoTokenizer
 
     tasks = company_db.questions("train")[:2]
-    writer = run.train(
+    run.train(
         tasks, run_dir=tmp_path, steps=2, tasks_per_step=2, n_samples=2, max_tokens=16,
-        console=False,
+        console=False, algorithm=recorded_rl.algorithm,
     )  # fmt: skip
+    [writer] = recorded_rl.instances
     tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
-    assert [report.step for report in writer.reports] == [1, 2]
-    for report in writer.reports:
-        assert report.calls["writer"] == 4  # 2 questions x 2 samples, one writer call each
-        assert report.calls["checker"] >= 4
-        assert set(report.calls) <= {"writer", "checker", "rewriter"}
-        batch = report.transitions
+    rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+    assert len(writer.batches) == 2
+    for row, batch in zip(rows, writer.batches, strict=True):
+        assert row["agents/writer/calls"] == 4  # 2 questions x 2 samples, one writer call each
+        assert row["agents/checker/calls"] >= 4
+        agents = {key.split("/")[1] for key in row if key.startswith("agents/")}
+        assert agents <= {"writer", "checker", "rewriter"}
+        assert not any(f"agents/{a}/transitions" in row for a in ("checker", "rewriter"))
         drops = batch.report
         assert drops.calls_seen == 4
-        assert drops.notes["other_agents_calls"] == report.calls.total() - 4
+        others = sum(row[f"agents/{a}/calls"] for a in agents if a != "writer")
+        assert drops.notes["other_agents_calls"] == others
         # every call's spans joined with the gateway's on the response id, each counted once
         for note in ("joined_by_order", "gateway_only", "instrumented_only"):
             assert drops.notes[note] == 0, (note, drops.notes)
         # a random model may end a reply at once; every other writer call is a transition
         assert len(batch) + drops.dropped_calls["empty_response"] == 4
         assert len(batch) >= 1
+        assert row["agents/writer/transitions"] == len(batch)
         for transition in batch:
             assert transition.agent == "writer"
             assert transition.prompt_ids
@@ -221,5 +229,3 @@ def test_training_only_the_writer(langchain_adapter: None, tmp_path: Path) -> No
             prompt = tokenizer.decode(transition.prompt_ids)
             assert sql_agent.WRITER_PROMPT in prompt
             assert any(task["question"] in prompt for task in tasks)
-    rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
-    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
