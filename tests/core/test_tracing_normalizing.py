@@ -9,7 +9,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agl.tracing.normalizing import NormalizingTracerProvider
+from agl import semconv
+from agl.tracing.normalizing import NormalizingTracerProvider, tool_attributes
 
 
 def test_spans_get_the_normalized_attributes_before_they_are_exported() -> None:
@@ -34,3 +35,20 @@ def test_spans_get_the_normalized_attributes_before_they_are_exported() -> None:
     assert finished["other"] == {}
     assert finished["untouched"] == {}
     assert seen == [{"late": 1}, {}]  # normalize sees the attributes as they are at the end
+
+
+def test_tool_attributes_come_from_openinference_input_and_output() -> None:
+    json_input = {"input.value": '{"a": 2}', "input.mime_type": "application/json"}
+    assert tool_attributes("add", {**json_input, "output.value": "5"}) == {
+        semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
+        semconv.AGL_TOOL_NAME: "add",
+        semconv.AGL_TOOL_ARGUMENTS: '{"a": 2}',
+        semconv.AGL_TOOL_RESULT: "5",
+    }
+    plain = tool_attributes("echo", {"input.value": "hi", "output.value": 7})
+    assert plain[semconv.AGL_TOOL_ARGUMENTS] == '"hi"'  # text input: JSON-encoded
+    assert plain[semconv.AGL_TOOL_RESULT] == "7"  # a number openinference kept: JSON
+    assert semconv.AGL_TOOL_RESULT not in tool_attributes("t", {})
+    mine = tool_attributes("t", {"output.value": "raw"}, result="read my way")
+    assert mine[semconv.AGL_TOOL_RESULT] == "read my way"
+    assert semconv.AGL_TOOL_RESULT not in tool_attributes("t", {"output.value": "x"}, result=None)

@@ -25,25 +25,23 @@ Everything here reads attributes only, so it never touches AutoGen objects.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from openinference.semconv.trace import (
-    OpenInferenceMimeTypeValues,
     OpenInferenceSpanKindValues,
     SpanAttributes,
 )
 from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
+from agl.tracing.normalizing import tool_attributes
 
 __all__ = ["agl_attributes"]
 
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _AGENT = OpenInferenceSpanKindValues.AGENT.value
 _TOOL = OpenInferenceSpanKindValues.TOOL.value
-_JSON = OpenInferenceMimeTypeValues.JSON.value
 _AGENT_TURN = ".on_messages_stream"
 
 
@@ -64,20 +62,5 @@ def agl_attributes(name: str, attributes: Mapping[str, Any]) -> dict[str, Attrib
     elif kind == _TOOL:
         tool = attributes.get(SpanAttributes.TOOL_NAME)
         if isinstance(tool, str) and tool:
-            return _tool(tool, attributes)
+            return tool_attributes(tool, attributes)
     return {}
-
-
-def _tool(tool: str, attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:
-    out: dict[str, AttributeValue] = {
-        semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
-        semconv.AGL_TOOL_NAME: tool,
-    }
-    arguments = attributes.get(SpanAttributes.INPUT_VALUE)
-    if isinstance(arguments, str):
-        is_json = attributes.get(SpanAttributes.INPUT_MIME_TYPE) == _JSON
-        out[semconv.AGL_TOOL_ARGUMENTS] = arguments if is_json else json.dumps(arguments)
-    result = attributes.get(SpanAttributes.OUTPUT_VALUE)
-    if result is not None:
-        out[semconv.AGL_TOOL_RESULT] = result if isinstance(result, str) else json.dumps(result)
-    return out

@@ -36,6 +36,7 @@ from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
 from agl.tracing.normalize import is_llm_span
+from agl.tracing.normalizing import tool_attributes
 
 __all__ = ["agl_attributes"]
 
@@ -61,7 +62,7 @@ def agl_attributes(name: str, attributes: Mapping[str, Any]) -> dict[str, Attrib
         out.update(_response(attributes))
     tool = attributes.get(SpanAttributes.TOOL_NAME)
     if isinstance(tool, str):
-        out.update(_tool(tool, attributes))
+        out.update(tool_attributes(tool, attributes, result=_tool_result(attributes)))
     agent = _agent(name, attributes)
     if agent is not None:
         out[semconv.AGL_AGENT_NAME] = agent
@@ -99,21 +100,6 @@ def _response_metadata(output: dict[str, Any]) -> Iterator[dict[str, Any]]:
         fields = message.get("kwargs")  # LangChain's serialization: {"lc": 1, "kwargs": ...}
         if isinstance(fields, dict) and isinstance(fields.get("response_metadata"), dict):
             yield fields["response_metadata"]
-
-
-def _tool(tool: str, attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:
-    out: dict[str, AttributeValue] = {
-        semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
-        semconv.AGL_TOOL_NAME: tool,
-    }
-    arguments = attributes.get(SpanAttributes.INPUT_VALUE)
-    if isinstance(arguments, str):
-        is_json = attributes.get(SpanAttributes.INPUT_MIME_TYPE) == _JSON
-        out[semconv.AGL_TOOL_ARGUMENTS] = arguments if is_json else json.dumps(arguments)
-    result = _tool_result(attributes)
-    if result is not None:
-        out[semconv.AGL_TOOL_RESULT] = result
-    return out
 
 
 def _tool_result(attributes: Mapping[str, Any]) -> str | None:

@@ -7,12 +7,14 @@ only sees a span once it can no longer change. So openinference is handed
 ``normalize`` function derives from their attributes to themselves when they end. Only the
 spans openinference starts pass through it; nothing else of agl's provider changes.
 
-Framework adapters built on openinference (agl-langchain, agl-openai-agents) share it: each
-passes its own ``normalize``.
+Framework adapters built on openinference (agl-langchain, agl-openai-agents, agl-autogen,
+agl-crewai) share it: each passes its own ``normalize``, and builds the attributes of a tool
+call's span with :func:`tool_attributes`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     # The type OpenTelemetry's Tracer.start_as_current_span is declared to return.
     from opentelemetry.util._decorator import _AgnosticContextManager
 
-__all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider"]
+__all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider", "tool_attributes"]
 
 logger = logging.getLogger("agl.tracing")
 
@@ -185,3 +187,45 @@ class NormalizingSpan(trace_api.Span):
         escaped: bool = False,
     ) -> None:
         self._span.record_exception(exception, attributes, timestamp, escaped)
+
+
+# OpenInference's attribute names (core does not import openinference-semantic-conventions).
+_INPUT_VALUE = "input.value"
+_INPUT_MIME_TYPE = "input.mime_type"
+_OUTPUT_VALUE = "output.value"
+_JSON = "application/json"
+_FROM_OUTPUT: Any = object()
+
+
+def tool_attributes(
+    tool: str, attributes: Mapping[str, Any], *, result: str | None = _FROM_OUTPUT
+) -> dict[str, types.AttributeValue]:
+    """agl's attributes of a tool call's span, from the OpenInference ones recorded on it.
+
+    ``agl.span.type = "tool"`` and ``agl.tool.name``; ``agl.tool.arguments``, the span's input
+    as JSON text (a non-JSON input is JSON-encoded); ``agl.tool.result``, its output as text (a
+    number or a boolean openinference kept as it is becomes JSON).
+
+    Args:
+        tool: The tool's name.
+        attributes: The attributes openinference recorded on the span.
+        result: The result, when the adapter reads it its own way (None: there is none).
+    """
+    from agl import semconv
+
+    out: dict[str, types.AttributeValue] = {
+        semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
+        semconv.AGL_TOOL_NAME: tool,
+    }
+    arguments = attributes.get(_INPUT_VALUE)
+    if isinstance(arguments, str):
+        is_json = attributes.get(_INPUT_MIME_TYPE) == _JSON
+        out[semconv.AGL_TOOL_ARGUMENTS] = arguments if is_json else json.dumps(arguments)
+    if result is _FROM_OUTPUT:
+        output = attributes.get(_OUTPUT_VALUE)
+        result = (
+            None if output is None else output if isinstance(output, str) else json.dumps(output)
+        )
+    if result is not None:
+        out[semconv.AGL_TOOL_RESULT] = result
+    return out
