@@ -45,7 +45,8 @@ def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
     result = trainer.fit(scored, train, val_dataset=[{"x": 9}])
 
     assert result.totals == {
-        "rollouts": 14, "succeeded": 12, "failed": 2, "cancelled": 0, "retried": 0
+        "rollouts": 14, "succeeded": 12, "failed": 2, "cancelled": 0, "retried": 0,
+        "timed_out": 0,
     }  # fmt: skip
     rows = agl.metrics.read_metrics(tmp_path / "run")
     train_rows = [row for row in rows if "reward/mean" in row]
@@ -63,6 +64,33 @@ def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
     assert "agl run summary" in text
     assert "14 (12 succeeded, 2 failed" in text
     assert f"agl rollouts list --store sqlite:///{tmp_path}/run/store.db" in text
+
+
+@agl.rollout
+async def sometimes_hangs(task: dict[str, Any]) -> float:
+    if task["x"] < 0:
+        await asyncio.sleep(3600)
+    return 1.0
+
+
+def test_a_step_timeout_cancels_what_has_not_finished_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    algorithm = agl.Baseline(n_epochs=1, batch_size=3)
+    algorithm.step_timeout = 1.0
+    out, buffer = console()
+    trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=out)
+
+    result = trainer.fit(sometimes_hangs, [{"x": 1}, {"x": -1}, {"x": 2}, {"x": 3}])
+
+    assert result.totals["timed_out"] == 1
+    assert result.totals["cancelled"] == 1
+    assert result.totals["succeeded"] == 3
+    rows = [row for row in agl.metrics.read_metrics(tmp_path / "run") if "reward/mean" in row]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert rows[0]["rollouts/failed"] == 1
+    assert rows[0]["time/rollout_s"] < 30
+    assert "1 past the step timeout" in buffer.getvalue()
 
 
 def test_the_default_store_keeps_every_trace(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import statistics
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,14 @@ class AlgorithmContext:
         algorithms print their own summaries there."""
         self.history: list[dict[str, float]] = []
         """Every metrics row logged so far (``step`` included)."""
-        self.totals = {"rollouts": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "retried": 0}
+        self.totals = {
+            "rollouts": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "retried": 0,
+            "timed_out": 0,
+        }
 
     async def publish(self, resources: Mapping[str, Resource]) -> ResourcesUpdate:
         """Publish a new version of the resources; later rollouts use it by default."""
@@ -146,14 +154,24 @@ class AlgorithmContext:
         config: RolloutConfig | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
         description: str | None = None,
+        timeout: float | None = None,
     ) -> list[RolloutResult]:
         """Enqueue ``n`` rollouts per task, wait for all to finish, return their results.
 
         Results come in task order (the ``n`` samples of a task together); each rollout's
         ``metadata`` holds ``task_index`` and ``sample``, for grouping. Shows progress.
+
+        ``timeout`` bounds the whole wait (seconds): rollouts not finished by then (still
+        queued for want of a runner, or running past it) are cancelled and come back with
+        status ``cancelled``, so a step never hangs. Each attempt's own limits are the
+        rollout config's (``timeout_seconds``, ``unresponsive_seconds``).
         """
         if n < 1:
             raise InvalidInputError(f"n must be at least 1, got {n}", field="n", value=n)
+        if timeout is not None and timeout <= 0:
+            raise InvalidInputError(
+                f"timeout must be positive, got {timeout}", field="timeout", value=timeout
+            )
         requests = [
             RolloutRequest(
                 input=task,
@@ -169,10 +187,19 @@ class AlgorithmContext:
         ids = [rollout.rollout_id for rollout in rollouts]
         finished: dict[str, RolloutResult] = {}
         label = description or f"{mode} rollouts"
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._progress(label, len(ids)) as bar:
             pending = list(ids)
             while pending:
-                done = await self.store.wait_for_rollouts(pending, timeout=0.5)
+                if deadline is not None and time.monotonic() >= deadline:
+                    # Cancelling finishes each rollout at once; a runner still on one is
+                    # told at its next heartbeat, and what it sends later is ignored.
+                    for rollout_id in pending:
+                        await self.store.cancel_rollout(rollout_id)
+                    self.totals["timed_out"] += len(pending)
+                    deadline = None
+                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                done = await self.store.wait_for_rollouts(pending, timeout=wait)
                 if not done:
                     continue
                 if self._flush_gateway is not None:
@@ -256,6 +283,9 @@ class StepAlgorithm(Algorithm):
             step (all if None), rollouts per task (the group of a group baseline).
         max_steps: Stop after this many steps (counted from the start of training, resumed
             steps included), even mid-epoch; None runs every epoch.
+        step_timeout: Seconds a step (or validation) waits for its rollouts; those not
+            finished by then are cancelled and count as failed for training (None: wait for
+            every rollout; each attempt is still bounded by the rollout config's limits).
         follows_loop: True for an algorithm that works with any loop (a prompt optimizer
             reading whatever batch it gets): sharing a run (:class:`agl.PerAgent`), it takes
             the loop settings of the algorithms that do not follow, and its own are ignored.
@@ -267,6 +297,7 @@ class StepAlgorithm(Algorithm):
     batch_size: int | None = None
     n_samples: int = 1
     max_steps: int | None = None
+    step_timeout: float | None = None
 
     def resume_step(self) -> int:
         """The last step an earlier run of this algorithm completed and saved (0: none).

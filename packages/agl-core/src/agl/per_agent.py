@@ -63,6 +63,8 @@ class PerAgent(Algorithm):
             the algorithms, which must then agree; algorithms that follow the loop
             (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer) take the
             others' settings and are not asked.
+        step_timeout: How long a step waits for its rollouts (default: the shortest of the
+            algorithms' :attr:`~agl.StepAlgorithm.step_timeout`).
     """
 
     name = "per-agent"
@@ -75,6 +77,7 @@ class PerAgent(Algorithm):
         batch_size: int | None = None,
         n_samples: int | None = None,
         max_steps: int | None = None,
+        step_timeout: float | None = None,
     ) -> None:
         if not isinstance(algorithms, Mapping) or not algorithms:
             raise InvalidInputError(
@@ -121,6 +124,12 @@ class PerAgent(Algorithm):
         self.batch_size = self._agree("batch_size", batch_size)
         self.n_samples = self._agree("n_samples", n_samples)
         self.max_steps = self._agree("max_steps", max_steps)
+        timeouts = [m.algorithm.step_timeout for m in self.members]
+        self.step_timeout = (
+            step_timeout
+            if step_timeout is not None
+            else min((t for t in timeouts if t is not None), default=None)
+        )
         self.label = (
             self.members[0].algorithm.name
             if len(self.members) == 1
@@ -226,7 +235,10 @@ class PerAgent(Algorithm):
         started = time.monotonic()
         notify("agl_step_start", algorithm=self.label, step=step)
         results = await ctx.run_rollouts(
-            tasks, n=self.n_samples, description=f"epoch {epoch + 1} step {step}"
+            tasks,
+            n=self.n_samples,
+            description=f"epoch {epoch + 1} step {step}",
+            timeout=self.step_timeout,
         )
         rollout_s = time.monotonic() - started
         extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
@@ -283,5 +295,7 @@ class PerAgent(Algorithm):
         notify("agl_step_end", algorithm=self.label, step=step, metrics=metrics)
 
     async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
-        results = await ctx.run_rollouts(ctx.val_tasks, mode="val", description="validation")
+        results = await ctx.run_rollouts(
+            ctx.val_tasks, mode="val", description="validation", timeout=self.step_timeout
+        )
         ctx.log(step, reward_metrics(results, prefix="val/"))

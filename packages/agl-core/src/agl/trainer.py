@@ -286,7 +286,9 @@ class Trainer:
         table.add_row(
             "rollouts",
             f"{totals['rollouts']} ({totals['succeeded']} succeeded, {totals['failed']} failed, "
-            f"{totals['cancelled']} cancelled, {totals['retried']} retried)",
+            f"{totals['cancelled']} cancelled, {totals['retried']} retried"
+            + (f", {totals['timed_out']} past the step timeout" if totals.get("timed_out") else "")
+            + ")",
         )
         for key in ("reward/mean", "val/reward/mean"):
             value = result.last(key)

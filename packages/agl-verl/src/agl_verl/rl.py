@@ -1,0 +1,223 @@
+"""LightningRL on verl: the algorithm ``"lightningrl-verl"``.
+
+::
+
+    algorithm = LightningRLVerl(
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        batch_size=32, n_samples=8,
+        config="configs/1gpu.yaml",            # verl's own config keys (a dict works too)
+    )
+    agl.Trainer(algorithm=algorithm).fit(agent, "train.jsonl", val_dataset="val.jsonl")
+
+verl's engine (FSDP workers, vLLM replicas, Ray) trains the model; agl's loop replaces verl's
+generation step. Each step:
+
+1. agl enqueues ``n_samples`` rollouts of each of ``batch_size`` tasks; runners (in this
+   process, in subprocesses, or on CPU machines anywhere) run the agent, whose LLM resource
+   points at agl's gateway in front of verl's vLLM servers (token ids and logprobs on);
+2. the step waits for them, each attempt bounded by the rollout config's time limits and the
+   whole wait by ``step_timeout``; failed and cancelled rollouts are dropped with a counted
+   reason, never trained on as reward 0;
+3. LightningRL turns the spans into transitions (credit assignment, rollout-level group
+   advantages), :func:`~agl_verl.dataproto.to_dataproto` lays them out as verl's
+   ``DataProto``;
+4. :class:`~agl_verl.engine.VerlEngine` runs verl's update (old/reference logprobs, critic,
+   advantages: agl's by default or any of verl's estimators, PPO update) and syncs the new
+   weights into the vLLM replicas; a new version of the LLM resource is published, so every
+   call records which policy version produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from omegaconf import DictConfig, OmegaConf
+from pydantic import JsonValue
+
+from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.errors import InvalidInputError
+from agl.lightning import LightningRL
+from agl.resources import LLM, Resource
+from agl_verl.config import build_config, load_overrides, validate_config
+from agl_verl.dataproto import to_dataproto
+from agl_verl.engine import VerlEngine
+
+__all__ = ["LightningRLVerl", "model_or_env"]
+
+MODEL_ENV = "AGL_VERL_MODEL"
+
+
+def model_or_env(model: str | os.PathLike[str] | None) -> str | None:
+    """``model``, or the model ``$AGL_VERL_MODEL`` names (so the algorithm builds by name)."""
+    if model is not None:
+        return str(model)
+    return os.environ.get(MODEL_ENV) or None
+
+
+class LightningRLVerl(StepAlgorithm):
+    """Train an agent's LLM with LightningRL on verl (see the module docstring).
+
+    Args:
+        model: The model to train: a Hugging Face folder or hub id (default:
+            ``$AGL_VERL_MODEL``).
+        config: verl config overrides: a dict (nested or dotted keys), a YAML file, or YAML
+            text; they win over agl's defaults and the values below.
+        resource: The name of the LLM resource agents receive.
+        n_epochs / batch_size / n_samples / max_steps / step_timeout: The loop
+            (:class:`agl.StepAlgorithm`); ``batch_size`` is ``data.train_batch_size`` and
+            ``n_samples`` is ``actor_rollout_ref.rollout.n`` in verl's terms.
+        lightning: How transitions are built (default: :class:`agl.LightningRL` with GRPO and
+            verl's prompt/response length limits, over-long samples dropped and counted).
+        temperature / max_tokens: Sampling parameters published with the LLM resource.
+        weight_advantages: Scale each sample's advantage by ``1 / samples of its rollout``, so
+            a rollout that made many calls counts once (agl-torch does the same).
+        engine: Build the engine from the final config (default: :class:`VerlEngine`).
+    """
+
+    name = "lightningrl-verl"
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        resource: str = "llm",
+        n_epochs: int = 1,
+        batch_size: int | None = None,
+        n_samples: int = 4,
+        max_steps: int | None = None,
+        step_timeout: float | None = None,
+        lightning: LightningRL | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = None,
+        weight_advantages: bool = True,
+        engine: Any = None,
+    ) -> None:
+        if n_samples < 1:
+            raise InvalidInputError(f"n_samples must be at least 1, got {n_samples}")
+        self.model = model_or_env(model)
+        self.overrides = load_overrides(config)
+        self.resource = resource
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_samples = n_samples
+        self.max_steps = max_steps
+        self.step_timeout = step_timeout
+        self._lightning = lightning
+        self.sampling: dict[str, JsonValue] = {"temperature": temperature}
+        if max_tokens is not None:
+            self.sampling["max_tokens"] = max_tokens
+        self.weight_advantages = weight_advantages
+        self.engine_factory = engine or VerlEngine
+        self.config: DictConfig | None = None
+        self.engine: Any = None
+        self.llm: LLM | None = None
+
+    # --- config -------------------------------------------------------------------------------
+
+    def build_config(self, ctx: AlgorithmContext | None = None) -> DictConfig:
+        """verl's config for this run, validated (no GPU work): see :mod:`agl_verl.config`."""
+        tasks = len(ctx.train_tasks) if ctx is not None else None
+        batch_size = self.batch_size or tasks
+        overrides: Any = self.overrides
+        if ctx is not None and OmegaConf.select(overrides, "trainer.default_local_dir") is None:
+            overrides = OmegaConf.merge(
+                overrides, {"trainer": {"default_local_dir": str(ctx.run_dir / "verl")}}
+            )
+        config = build_config(
+            overrides,
+            model_path=self.model,
+            batch_size=batch_size,
+            n_samples=self.n_samples,
+        )
+        validate_config(config)
+        if int(config.actor_rollout_ref.rollout.n) != self.n_samples:
+            raise InvalidInputError(
+                f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n} in the verl "
+                f"config differs from n_samples={self.n_samples}: set n_samples instead",
+                field="config",
+            )
+        return config
+
+    @property
+    def lightning(self) -> LightningRL | None:  # type: ignore[override]
+        if self._lightning is None and self.config is not None:
+            self._lightning = LightningRL(
+                advantage="grpo",
+                max_prompt_length=int(self.config.data.max_prompt_length),
+                max_response_length=int(self.config.data.max_response_length),
+            )
+        return self._lightning or LightningRL(advantage="grpo")
+
+    def total_steps(self, n_tasks: int) -> tuple[int, int]:
+        """(steps in the run, steps per epoch) for ``n_tasks`` training tasks."""
+        per_epoch = max(1, math.ceil(n_tasks / (self.batch_size or max(n_tasks, 1))))
+        total = per_epoch * self.n_epochs
+        if self.max_steps is not None:
+            total = min(total, self.max_steps)
+        return total, per_epoch
+
+    # --- the algorithm ------------------------------------------------------------------------
+
+    async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
+        if self.model is None:
+            raise InvalidInputError(
+                f"{self.name} needs a model to train: LightningRLVerl(model='path/or/hub-id'), "
+                f"or ${MODEL_ENV}",
+                field="model",
+            )
+        self.config = self.build_config(ctx)
+        total, per_epoch = self.total_steps(len(ctx.train_tasks))
+        self.engine = self.engine_factory(self.config, total_steps=total, steps_per_epoch=per_epoch)
+        upstreams = await asyncio.to_thread(self.engine.start)
+        model_name = await served_model(upstreams[0])
+        self.llm = await ctx.serve_llm(upstreams, model_name, self.sampling)
+        return {self.resource: self.llm}
+
+    def resume_step(self) -> int:
+        return int(getattr(self.engine, "resumed_step", 0)) if self.engine is not None else 0
+
+    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
+        assert self.engine is not None, "step() before setup()"
+        assert self.config is not None
+        assert self.llm is not None
+        transitions = batch.transitions
+        if transitions is None or len(transitions) == 0:
+            batch.metrics["verl/skipped_update"] = 1.0
+            return {}
+        data = to_dataproto(
+            transitions,
+            pad_token_id=self.engine.pad_token_id,
+            max_prompt_length=int(self.config.data.max_prompt_length),
+            max_response_length=int(self.config.data.max_response_length),
+            advantages=str(self.config.algorithm.adv_estimator) == "agl",
+            weight_advantages=self.weight_advantages,
+        )
+        metrics = await asyncio.to_thread(self.engine.update, data, batch.step)
+        batch.metrics.update(metrics)
+        # The same servers with new weights: a new resource version, so every later call
+        # records which update produced it.
+        return {self.resource: self.llm}
+
+    async def close(self, ctx: AlgorithmContext) -> None:
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.close)
+            self.engine = None
+
+
+async def served_model(upstream: str, *, timeout: float = 30.0) -> str:
+    """The model id an OpenAI-compatible server answers to (its first ``/v1/models`` entry)."""
+    url = upstream.rstrip("/")
+    url = url if url.endswith("/v1") else f"{url}/v1"
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        response = await client.get(f"{url}/models")
+        response.raise_for_status()
+        models = response.json().get("data") or []
+    if not models:
+        raise InvalidInputError(f"{url}/models lists no model", field="upstream")
+    return str(models[0]["id"])
