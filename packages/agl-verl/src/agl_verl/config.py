@@ -63,7 +63,6 @@ AGL_DEFAULTS: dict[str, Any] = {
     },
     "actor_rollout_ref": {
         "hybrid_engine": True,
-        "model": {"use_remove_padding": False},
         "actor": {
             "ppo_mini_batch_size": 8,
             "ppo_micro_batch_size_per_gpu": 4,
@@ -83,6 +82,11 @@ AGL_DEFAULTS: dict[str, Any] = {
         },
     },
     "algorithm": {"adv_estimator": "agl", "use_kl_in_reward": False},
+    # A critic (verl's GAE) starts from the policy's weights unless told otherwise.
+    "critic": {
+        "model": {"path": "${actor_rollout_ref.model.path}"},
+        "ppo_micro_batch_size_per_gpu": 4,
+    },
     # Rewards come from the agents (emit_reward); a reward model, if enabled, uses the engine of
     # the rollout unless told otherwise.
     "reward": {"reward_model": {"rollout": {"name": "${actor_rollout_ref.rollout.name}"}}},
@@ -232,7 +236,11 @@ def build_config(
     if max_response_length is not None:
         _set_dotted(derived, "data.max_response_length", max_response_length)
     config = _merge(config, OmegaConf.create(derived), "agl-verl settings")
-    return _merge(config, load_overrides(overrides), "verl config overrides")
+    config = _merge(config, load_overrides(overrides), "verl config overrides")
+    if OmegaConf.select(config, "critic.enable") is None:
+        # verl's own rule (a critic exactly for GAE), said once here rather than warned about.
+        config.critic.enable = str(config.algorithm.adv_estimator) == "gae"
+    return config
 
 
 def validate_config(config: DictConfig, *, n_gpus_available: int | None = None) -> None:
@@ -334,5 +342,6 @@ def _verl_validate(config: DictConfig) -> None:
             use_reference_policy=need_reference_policy(checked),
             use_critic=need_critic(checked),
         )
-    except (AssertionError, ValueError, TypeError, OmegaConfBaseException) as exc:
-        raise VerlConfigError(f"verl rejected the config: {exc}") from exc
+    except Exception as exc:  # verl raises assertions, ValueErrors and Hydra's errors alike
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        raise VerlConfigError(f"verl rejected the config: {cause}") from exc
