@@ -74,7 +74,8 @@ def test_user_overrides_win_over_the_run_values(model_dir: Path) -> None:
     [
         (
             {"actor_rollout_ref.actor.optim.lrr": 1e-6},
-            "no key 'actor_rollout_ref.actor.optim.lrr'; did you mean actor_rollout_ref.actor.optim.lr",
+            "no key 'actor_rollout_ref.actor.optim.lrr'; "
+            "did you mean actor_rollout_ref.actor.optim.lr",
         ),
         ({"trainer": {"n_gpu_per_node": 2}}, "did you mean trainer.n_gpus_per_node"),
         ("trainer:\n  logger: [console\n", "not valid YAML"),
@@ -129,7 +130,7 @@ def test_validation_fails_before_any_gpu_work_with_the_key_to_change(
 def test_a_model_path_must_be_a_model_folder(tmp_path: Path) -> None:
     with pytest.raises(VerlConfigError, match="not a model folder"):
         validate_config(build_config(model_path=str(tmp_path)))
-    with pytest.raises(VerlConfigError, match="model.path is not set"):
+    with pytest.raises(VerlConfigError, match=r"model\.path is not set"):
         validate_config(build_config({"actor_rollout_ref.model.path": ""}))
     # a hub id is left to verl (it downloads on the GPU machine)
     validate_config(build_config(model_path="Qwen/Qwen2.5-0.5B-Instruct"))
