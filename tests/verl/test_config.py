@@ -12,14 +12,6 @@ from agl_verl.config import AGL_DEFAULTS, VerlConfigError, build_config, validat
 CONFIGS = Path(__file__).parents[2] / "packages" / "agl-verl" / "configs"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real (tiny, random) Hugging Face model folder: verl's checks load its tokenizer."""
-    from agl_torch.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model"))
-
-
 def test_verls_defaults_agls_defaults_run_values_then_overrides(model_dir: Path) -> None:
     config = build_config(
         {"actor_rollout_ref.actor.optim.lr": 3e-6, "trainer": {"project_name": "mine"}},

@@ -80,7 +80,8 @@ class VerlEngine:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> list[str]:
-        """Start Ray (unless running), the workers and the replicas; return the replicas' URLs.
+        """Start Ray (unless running), the workers and the replicas; return the replicas'
+        OpenAI base URLs (``http://host:port/v1``).
 
         Raises:
             VerlConfigError: the config cannot run on this Ray cluster (too few GPUs, ...).
@@ -109,8 +110,9 @@ class VerlEngine:
         self.resumed_step = int(self.trainer.global_steps)
         # Load the actor's weights into the replicas and wake them for the first rollouts.
         self.trainer.checkpoint_manager.update_weights(self.resumed_step)
+        # verl reports "host:port"; the gateway's upstreams are OpenAI base URLs.
         self.addresses = [
-            address if address.startswith("http") else f"http://{address}"
+            (address if address.startswith("http") else f"http://{address}").rstrip("/") + "/v1"
             for address in self.trainer.llm_server_manager.server_addresses
         ]
         return self.addresses
