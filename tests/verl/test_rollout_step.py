@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import openai
 import pytest
@@ -40,7 +40,7 @@ class RecordingEngine:
     """Stands in for :class:`agl_verl.engine.VerlEngine`: serves the scripted upstream and
     records every batch it is asked to train on."""
 
-    instances: list[RecordingEngine] = []
+    instances: ClassVar[list[RecordingEngine]] = []
 
     def __init__(self, config: Any, *, total_steps: int, steps_per_epoch: int) -> None:
         self.config = config
