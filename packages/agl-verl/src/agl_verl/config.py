@@ -5,7 +5,9 @@
 values agl derives from the run (model path, batch size, samples per task, lengths), then the
 user's overrides: a nested dict, a dict of dotted keys (``{"actor_rollout_ref.actor.optim.lr":
 1e-6}``), a YAML file, or a YAML string. Keys verl does not know are an error that names the
-key and the closest ones verl has, never silently ignored.
+key and the closest ones verl has, never silently ignored; only under the mappings verl leaves
+empty for free-form settings (``actor_rollout_ref.model.override_config``, an engine's
+``engine_kwargs``, ...) can new keys be added.
 
 :func:`validate_config` runs agl's checks and verl's own ``validate_config``; every failure
 is a :class:`VerlConfigError` naming the key and the fix.
@@ -20,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from agl.errors import AglError
 
@@ -173,22 +175,37 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _merge(base: DictConfig, layer: DictConfig, origin: str) -> DictConfig:
+    _check_keys(base, layer, origin, "")
     try:
-        merged = OmegaConf.merge(base, layer)
-    except ConfigKeyError as exc:
-        key = str(exc.full_key) if getattr(exc, "full_key", None) else str(exc)
-        raise VerlConfigError(_unknown_key_message(base, key, origin)) from exc
+        with open_dict(base):
+            merged = OmegaConf.merge(base, layer)
     except OmegaConfBaseException as exc:
         raise VerlConfigError(f"{origin}: {exc}".split("\n", 1)[0]) from exc
     assert isinstance(merged, DictConfig)
+    OmegaConf.set_struct(merged, True)
     return merged
 
 
-def _unknown_key_message(base: DictConfig, key: str, origin: str) -> str:
+def _check_keys(base: DictConfig, layer: DictConfig, origin: str, prefix: str) -> None:
+    """Every key of ``layer`` must exist in ``base``, except under a mapping verl leaves
+    empty for free-form settings (``model.override_config``, ``engine_kwargs``, ...)."""
+    for key in layer.keys():  # noqa: SIM118 (DictConfig: `in` skips '???' values)
+        name = f"{prefix}{key!s}"
+        if key not in base.keys():  # noqa: SIM118
+            # (`in base` alone is False for verl's mandatory "???" values)
+            if len(base) == 0:
+                continue
+            raise VerlConfigError(_unknown_key_message(base, name, origin))
+        child = layer._get_node(key)
+        target = base._get_node(key)
+        if isinstance(child, DictConfig) and isinstance(target, DictConfig) and len(target):
+            _check_keys(target, child, origin, f"{name}.")
+
+
+def _unknown_key_message(parent: DictConfig, key: str, origin: str) -> str:
     parent_key, _, leaf = key.rpartition(".")
-    parent = OmegaConf.select(base, parent_key) if parent_key else base
-    known = list(parent.keys()) if isinstance(parent, DictConfig) else []
-    close = difflib.get_close_matches(leaf, [str(k) for k in known], n=3)
+    known = [str(k) for k in parent.keys()]  # noqa: SIM118
+    close = difflib.get_close_matches(leaf, known, n=3)
     hint = (
         f"; did you mean {', '.join(f'{parent_key}.{c}'.lstrip('.') for c in close)}?"
         if close

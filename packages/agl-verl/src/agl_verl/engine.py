@@ -23,6 +23,7 @@ anything, naming what is missing.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -225,6 +226,7 @@ class VerlEngine:
             data,
             dp_size=trainer._get_dp_size(trainer.actor_rollout_wg, "actor"),
             mini_batches=mini_batches,
+            micro_batch_size=self._micro_batch_size(),
             seed=step,
         )
         metrics["verl/samples"] = float(len(data))
@@ -273,6 +275,20 @@ class VerlEngine:
                 with _timed(timing, "save_checkpoint"):
                     trainer._save_checkpoint()
         return batch
+
+    def _micro_batch_size(self) -> int:
+        """The per-GPU micro-batch every pass over the batch splits into (verl asserts each
+        pass's share divides evenly): the lcm of the passes' sizes; 1 with dynamic batching."""
+        ref = self.config.actor_rollout_ref
+        if ref.actor.use_dynamic_bsz:
+            return 1
+        sizes = [
+            ref.actor.ppo_micro_batch_size_per_gpu,
+            ref.rollout.log_prob_micro_batch_size_per_gpu,
+        ]
+        if self.trainer is not None and self.trainer.use_reference_policy:
+            sizes.append(ref.ref.log_prob_micro_batch_size_per_gpu)
+        return math.lcm(*(int(size) for size in sizes if size))
 
     def _advantages(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
         """Advantages (agl's or verl's), then verl's rollout correction when configured."""
