@@ -1,0 +1,45 @@
+"""agl-verl registers its algorithm through agl's plugin entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agl.plugins
+from agl.errors import InvalidInputError
+from agl_verl.rl import LightningRLVerl
+
+
+def test_lightningrl_verl_is_found_by_name() -> None:
+    assert agl.plugins.algorithm_classes()["lightningrl-verl"] is LightningRLVerl
+
+
+def test_building_by_name_reads_the_model_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, model_dir: Path
+) -> None:
+    monkeypatch.setenv("AGL_VERL_MODEL", str(model_dir))
+    algorithm = agl.plugins.create_algorithm("lightningrl-verl")
+    assert isinstance(algorithm, LightningRLVerl)
+    assert algorithm.model == str(model_dir)
+
+
+def test_a_missing_model_is_refused_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    monkeypatch.delenv("AGL_VERL_MODEL", raising=False)
+    with pytest.raises(InvalidInputError, match="needs a model to train"):
+        asyncio.run(LightningRLVerl().setup(None))  # type: ignore[arg-type]
+
+
+def test_looking_the_algorithm_up_loads_neither_verl_nor_torch() -> None:
+    code = (
+        "import sys\n"
+        "from agl.plugins import algorithm_classes\n"
+        "assert 'lightningrl-verl' in algorithm_classes()\n"
+        "print(sorted(m for m in ('verl', 'torch', 'ray') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
