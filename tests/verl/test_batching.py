@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from verl import DataProto
 
 from agl_verl.batching import fit_batch
-from verl import DataProto
 
 
 def batch(rows: int) -> DataProto:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from verl import DataProto
 
 from agl.errors import InvalidInputError
 from agl.lightning import Transition, TransitionBatch
 from agl_verl.dataproto import to_dataproto
-from verl import DataProto
 
 PAD = 0
 

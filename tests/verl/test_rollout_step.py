@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 import openai
 import pytest
 import torch
+from verl import DataProto
 
 import agl
 import agl.metrics
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat, text_reply
 from agl_verl.rl import LightningRLVerl
-from verl import DataProto
 
 FOLLOW_UP = "sure?"
 
