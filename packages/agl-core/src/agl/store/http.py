@@ -1,10 +1,12 @@
 """``http://host:port``: a client of a store served by ``agl store serve``.
 
-One keep-alive connection pool per event loop (httpx). Connection failures are retried with
-exponential backoff; requests that may have reached the server are retried only when repeating
-them is harmless, which the client arranges: it names new rollouts and resource sets itself, so
-a repeated enqueue or publish finds the first one, and spans are idempotent in every store. The
-server's JSON errors come back as the same exception classes the other backends raise.
+One keep-alive connection pool per event loop (aiohttp, used directly: httpx's request and
+response models cost more per request than the store's server spends answering it). Connection
+failures are retried with exponential backoff; requests that may have reached the server are
+retried only when repeating them is harmless, which the client arranges: it names new rollouts
+and resource sets itself, so a repeated enqueue or publish finds the first one, and spans are
+idempotent in every store. The server's JSON errors come back as the same exception classes the
+other backends raise.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import asyncio
 import os
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import from_json, to_json
 
 from agl.errors import (
     ERRORS_BY_NAME,
@@ -43,6 +45,9 @@ from agl.spans import Span
 from agl.store._checks import as_list, as_resources
 from agl.store.base import ClosingStore, StoreStatistics
 
+if TYPE_CHECKING:
+    import aiohttp
+
 __all__ = ["HttpStore"]
 
 M = TypeVar("M", bound=BaseModel)
@@ -56,19 +61,24 @@ _ints = TypeAdapter(list[int])
 _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
-# Transport failures after which the request may or may not have reached the server.
-_MAYBE_SENT = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadTimeout)
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_JSON_CONTENT = {"content-type": "application/json"}
 
 
-def _not_sent(exc: Exception) -> bool:
-    """True when the request surely never reached the server (safe to send again)."""
+def _never_sent(exc: Exception) -> bool | None:
+    """Say whether a request that raised ``exc`` surely never reached the server.
+
+    Returns:
+        True when no connection was made (so sending again is always safe), False when the
+        connection failed after the request may have gone out, None when ``exc`` is not a
+        transport failure at all.
+    """
     import aiohttp
 
-    cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientError):  # the aiohttp transport maps its errors loosely
-        return isinstance(cause, aiohttp.ClientConnectorError)
-    return isinstance(exc, _NOT_SENT)
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return True
+    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError):
+        return False
+    return None
 
 
 class HttpStore(ClosingStore):
@@ -101,7 +111,8 @@ class HttpStore(ClosingStore):
         self._token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
         self._timeout = timeout
         self._retries = retries
-        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._https = parts.scheme == "https"
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._closed = False
 
     @property
@@ -110,27 +121,38 @@ class HttpStore(ClosingStore):
 
     # --- transport --------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
+    def _session(self) -> aiohttp.ClientSession:
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            from httpx_aiohttp import AiohttpTransport
+        session = self._sessions.get(loop)
+        if session is None:
+            import aiohttp
 
             headers = {"authorization": f"Bearer {self._token}"} if self._token else {}
-            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-            client = httpx.AsyncClient(
-                base_url=self._base,
-                headers=headers,
-                timeout=self._timeout,
-                limits=limits,
-                # httpx's API over aiohttp's connection pool: httpcore's own pool slows to a
-                # few hundred requests/s with many concurrent requests (a runner's rollouts).
-                transport=AiohttpTransport(limits=limits, trust_env=False),
+            connector = aiohttp.TCPConnector(
+                limit=256, keepalive_timeout=5.0, ssl=_ssl_context() if self._https else True
             )
-            self._clients[loop] = client
-        return client
+            session = aiohttp.ClientSession(
+                connector=connector,
+                headers=headers,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+            )
+            self._sessions[loop] = session
+        return session
+
+    def _timeouts(self, wait: float) -> aiohttp.ClientTimeout:
+        import aiohttp
+
+        # ``connect`` bounds waiting for a pooled connection and opening one; ``sock_read``
+        # bounds the wait for the answer, which a long poll extends by its own wait.
+        return aiohttp.ClientTimeout(
+            total=None,
+            connect=self._timeout + wait,
+            sock_connect=min(self._timeout, 10.0),
+            sock_read=self._timeout + wait,
+        )
 
     async def _request(
         self,
@@ -144,23 +166,28 @@ class HttpStore(ClosingStore):
         wait: float = 0.0,
     ) -> Any:
         """Send a request, retrying transport failures; return the decoded JSON body."""
-        headers = {"content-type": "application/json"} if content is not None else None
-        timeout = httpx.Timeout(self._timeout + wait, connect=min(self._timeout, 10.0))
+        if json is not None:
+            content = to_json(json)
+        url = self._base + path
+        timeout = self._timeouts(wait)
         delay = 0.05
         for attempt in range(self._retries + 1):
             try:
-                response = await self._client().request(
+                async with self._session().request(
                     method,
-                    path,
-                    json=json,
-                    content=content,
+                    url,
+                    data=content,
                     params=params,
-                    headers=headers,
+                    headers=_JSON_CONTENT if content is not None else None,
                     timeout=timeout,
-                )
-            except (*_NOT_SENT, *_MAYBE_SENT) as exc:
-                retryable = _not_sent(exc) or idempotent
-                if not retryable or attempt == self._retries:
+                    allow_redirects=False,
+                ) as response:
+                    status, body = response.status, await response.read()
+            except Exception as exc:
+                never_sent = _never_sent(exc)
+                if never_sent is None:
+                    raise
+                if not (never_sent or idempotent) or attempt == self._retries:
                     raise StoreUnavailableError(
                         f"store at {self.url} unreachable ({type(exc).__name__}: {exc}) "
                         f"after {attempt + 1} tries"
@@ -168,11 +195,11 @@ class HttpStore(ClosingStore):
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 2.0)
                 continue
-            if response.status_code == 503 and attempt < self._retries:
+            if status == 503 and attempt < self._retries:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            return _decode(response)
+            return _decode(status, body)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- rollouts ---------------------------------------------------------------------------
@@ -321,39 +348,48 @@ class HttpStore(ClosingStore):
         For code that used the store from an event loop it is about to end (a helper thread's
         ``asyncio.run``): the store stays open for every other loop.
         """
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        clients, self._clients = self._clients, {}
+        sessions, self._sessions = self._sessions, {}
         current = asyncio.get_running_loop()
-        for loop, client in clients.items():
+        for loop, session in sessions.items():
             if loop is current:
-                await client.aclose()
+                await session.close()
             elif not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+                asyncio.run_coroutine_threadsafe(session.close(), loop)
 
 
-def _decode(response: httpx.Response) -> Any:
+def _decode(status: int, body: bytes) -> Any:
     """Return the JSON body of a success, or raise the error the server described."""
     try:
-        data = response.json()
+        data = from_json(body) if body else None
     except ValueError:
         data = None
-    if response.is_success:
+    if 200 <= status < 300:
         return data
     info = data.get("error") if isinstance(data, dict) else None
     if not isinstance(info, dict):
         raise StoreError(
-            f"store answered {response.status_code} without an agl error body: "
-            f"{response.text[:200]!r}"
+            f"store answered {status} without an agl error body: "
+            f"{body.decode(errors='replace')[:200]!r}"
         )
     cls: type[AglError] = ERRORS_BY_NAME.get(str(info.get("type")), StoreError)
     raise cls(str(info.get("message")), field=info.get("field"), value=info.get("value"))
+
+
+def _ssl_context() -> Any:
+    """Verify servers against certifi's roots, as httpx (the client before aiohttp) did."""
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _seg(value: str) -> str:

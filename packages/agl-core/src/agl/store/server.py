@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -62,6 +63,7 @@ logger = logging.getLogger("agl.store.server")
 M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+_JSON = "application/json"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -209,9 +211,19 @@ def create_app(
             rollout_id, attempt_id, body.status, body.heartbeat, body.reason
         )
 
-    @app.post(
+    async def add_spans(request: Request) -> Response:
+        # Parsed by hand: validating the raw bytes in one pass is several times faster than
+        # FastAPI's decode-then-validate, and span batches are the store's bulk traffic.
+        body = _parse(SpansBody, await request.body())
+        ids = await store.add_spans(body.spans)
+        return Response(SequenceIdsBody(sequence_ids=ids).model_dump_json(), media_type=_JSON)
+
+    app.router.add_api_route(
         "/v1/spans",
+        add_spans,
+        methods=["POST"],
         tags=["spans"],
+        response_model=SequenceIdsBody,
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -220,12 +232,8 @@ def create_app(
                 },
             }
         },
+        route_class_override=_PlainRoute,
     )
-    async def add_spans(request: Request) -> SequenceIdsBody:
-        # Parsed by hand: validating the raw bytes in one pass is several times faster than
-        # FastAPI's decode-then-validate, and span batches are the store's bulk traffic.
-        body = _parse(SpansBody, await request.body())
-        return SequenceIdsBody(sequence_ids=await store.add_spans(body.spans))
 
     @app.get("/v1/rollouts/{rollout_id}/spans", tags=["spans"])
     async def query_spans(rollout_id: str, attempt_id: str | None = None) -> SpansBody:
@@ -285,6 +293,19 @@ def create_app(
     if token:
         app.add_middleware(_BearerTokenMiddleware, token=token)
     return app
+
+
+class _PlainRoute(APIRoute):
+    """A route whose endpoint takes the request and returns the response, as in Starlette.
+
+    FastAPI documents it from the route's declaration as usual but serves it without its
+    per-request machinery (dependency solving, response-model validation and encoding): about
+    a quarter of the server's time for a single-span request.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        endpoint: Callable[[Request], Coroutine[Any, Any, Response]] = self.endpoint
+        return endpoint
 
 
 def _parse(model: type[M], raw: bytes) -> M:
@@ -411,18 +432,19 @@ class _BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
         self.limit = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = {
+        self.too_large = {
             "error": {
                 "type": "InvalidInputError",
                 "message": f"request body is larger than the server's limit of {self.limit} bytes",
                 "field": "body",
             }
         }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = self.too_large
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             await _send_json(send, 413, too_large)

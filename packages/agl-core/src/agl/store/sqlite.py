@@ -363,9 +363,43 @@ class _Writer(threading.Thread):
             if None in batch:
                 stopping = True
             jobs = [job for job in batch if job is not None]
-            if jobs:
+            if len(jobs) == 1:
+                self._run_alone(*jobs[0])
+            elif jobs:
                 self._run_batch(jobs)
         self._db.close()
+
+    def _run_alone(self, operation: Callable[[Transaction], Any], future: Future[Any]) -> None:
+        """Run one operation that nothing else is waiting beside, in a transaction of its own.
+
+        The same as a batch of one, without the savepoint (the whole transaction rolls back
+        instead): two statements fewer for the common case of one request at a time.
+        """
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            future.set_exception(StoreError(f"SQLite store could not start a write: {exc}"))
+            return
+        try:
+            result = operation(self._tx)
+        except BaseException as exc:  # the caller gets it
+            self._rollback()
+            future.set_exception(_as_store_error(exc))
+            return
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            future.set_exception(StoreError(f"SQLite store could not commit: {exc}"))
+            return
+        future.set_result(result)  # only now, with the commit on disk
+
+    def _rollback(self) -> None:
+        # Some errors (a full disk, an I/O error) have already rolled the transaction back.
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def _run_batch(self, jobs: list[tuple[Callable[[Transaction], Any], Future[Any]]]) -> None:
         outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []

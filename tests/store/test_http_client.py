@@ -1,0 +1,141 @@
+"""The HTTP store client when the connection fails: what it sends again, and what it never does.
+
+A real store server on loopback, reached through a TCP relay that can drop a connection after
+passing the request on: the server acts on the request, the client never hears the answer. A
+span batch is then sent again (spans are idempotent) and stored once; a dequeue is not (a second
+claim would strand the first). A request that never reached the server is always sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+import agl
+from agl import RolloutRequest, Span
+from agl.store.serve import StoreServer
+
+pytestmark = pytest.mark.anyio
+
+
+class Relay:
+    """Relay TCP connections to a server; drop the next ``drop_answers`` answers instead."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.drop_answers = 0
+        self.connections = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        try:
+            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        finally:
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await server.wait_closed()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        requests = asyncio.create_task(_pipe(reader, up_writer))
+        try:
+            while answer := await up_reader.read(65536):
+                if self.drop_answers:
+                    self.drop_answers -= 1
+                    break  # the server has acted on the request; the client hears nothing
+                writer.write(answer)
+                await writer.drain()
+        finally:
+            requests.cancel()
+            await asyncio.gather(requests, return_exceptions=True)
+            for each in (writer, up_writer):
+                each.close()
+                with contextlib.suppress(OSError):
+                    await each.wait_closed()
+            self._tasks.discard(task)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+
+
+@pytest.fixture
+def server() -> Iterator[StoreServer]:
+    with StoreServer("memory://") as running:
+        yield running
+
+
+async def claim(store: agl.Store) -> tuple[str, str]:
+    await store.enqueue_rollouts([RolloutRequest(input="task")])
+    [claimed] = await store.dequeue_rollouts()
+    return claimed.rollout.rollout_id, claimed.attempt.attempt_id
+
+
+async def test_a_lost_answer_to_add_spans_is_sent_again_and_stored_once(
+    server: StoreServer,
+) -> None:
+    relay = Relay(int(server.url.rsplit(":", 1)[1]))
+    async with (
+        relay.serving() as url,
+        agl.open_store(url) as store,
+        agl.open_store(server.url) as direct,
+    ):
+        rollout_id, attempt_id = await claim(direct)
+        first = Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="first")
+        second = Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="second")
+        assert await store.add_spans([first]) == [1]
+        relay.drop_answers = 1
+        assert await store.add_spans([first, second]) == [1, 2]
+        assert relay.drop_answers == 0
+        stored = await direct.query_spans(rollout_id)
+        assert [(span.name, span.sequence_id) for span in stored] == [("first", 1), ("second", 2)]
+
+
+async def test_a_lost_answer_to_dequeue_is_not_sent_again(server: StoreServer) -> None:
+    relay = Relay(int(server.url.rsplit(":", 1)[1]))
+    async with (
+        relay.serving() as url,
+        agl.open_store(url, retries=3) as store,
+        agl.open_store(server.url) as direct,
+    ):
+        [rollout] = await direct.enqueue_rollouts([RolloutRequest(input="task")])
+        relay.drop_answers = 1
+        with pytest.raises(agl.StoreUnavailableError, match="after 1 tries"):
+            await store.dequeue_rollouts()
+        # The server claimed the rollout once; no second attempt was started behind its back.
+        assert len(await direct.query_attempts(rollout.rollout_id)) == 1
+        assert await store.dequeue_rollouts() == []
+
+
+async def test_a_refused_connection_is_retried_even_for_dequeue() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before the client connects: refused
+    async with agl.open_store(f"http://127.0.0.1:{port}", retries=2, timeout=2) as store:
+        with pytest.raises(agl.StoreUnavailableError, match="after 3 tries"):
+            await store.dequeue_rollouts()
+
+
+async def test_the_server_errors_come_back_as_agl_errors(server: StoreServer) -> None:
+    async with agl.open_store(server.url) as store:
+        rollout_id, attempt_id = await claim(store)
+        stray = Span.create(rollout_id=rollout_id, attempt_id="at-unknown", name="stray")
+        with pytest.raises(agl.NotFoundError, match="at-unknown") as info:
+            await store.add_spans([stray])
+        assert info.value.field == "spans[0].attempt_id"
+        good = Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="good")
+        assert await store.add_spans([good, good]) == [1, 1]
