@@ -143,7 +143,22 @@ def test_the_shipped_recipes_are_valid_verl_configs(model_dir: Path, name: str) 
     assert OmegaConf.select(config, "actor_rollout_ref.rollout.name") == "vllm"
 
 
-def test_agl_defaults_only_name_keys_verl_has() -> None:
-    flat = OmegaConf.to_container(OmegaConf.create(AGL_DEFAULTS))
-    assert isinstance(flat, dict)
-    build_config()  # merging them into verl's tree raised nothing
+def test_every_agl_default_lands_in_verls_tree_as_given() -> None:
+    config = build_config()
+
+    def leaves(tree: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                out += leaves(value, f"{prefix}{key}.")
+            else:
+                out.append((f"{prefix}{key}", value))
+        return out
+
+    for key, value in leaves(AGL_DEFAULTS):
+        if isinstance(value, str) and value.startswith("${"):
+            continue  # an interpolation: resolved against another key
+        assert OmegaConf.select(config, key) == value, key
+    # the interpolated ones follow the keys they name
+    assert config.reward.reward_model.rollout.name == config.actor_rollout_ref.rollout.name
+    assert config.critic.model.path == config.actor_rollout_ref.model.path

@@ -77,6 +77,7 @@ class VerlEngine:
         self.trainer: Any = None
         self.addresses: list[str] = []
         self.resumed_step = 0
+        self._started_ray = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -102,6 +103,7 @@ class VerlEngine:
                 )
             )
             ray.init(**{str(k): v for k, v in init_kwargs.items()}, runtime_env=runtime_env)
+            self._started_ray = True
         validate_config(config, n_gpus_available=int(ray.cluster_resources().get("GPU", 0)))
         OmegaConf.resolve(config)
         self.trainer = self._build_trainer()
@@ -158,14 +160,20 @@ class VerlEngine:
         )
 
     def close(self) -> None:
-        """Stop the replicas' generation and release the workers (Ray stays up if it was)."""
+        """Stop verl's background writer and, if :meth:`start` started Ray, shut Ray down
+        (which ends the worker and replica actors); a Ray cluster that was already running is
+        left running."""
         trainer, self.trainer = self.trainer, None
-        if trainer is None:
-            return
-        try:
-            trainer._shutdown_dump_executor()
-        except Exception:  # pragma: no cover - best effort at shutdown
-            logger.exception("stopping verl's dump executor failed")
+        if trainer is not None:
+            try:
+                trainer._shutdown_dump_executor()
+            except Exception:  # pragma: no cover - best effort at shutdown
+                logger.exception("stopping verl's dump executor failed")
+        if self._started_ray:
+            import ray
+
+            self._started_ray = False
+            ray.shutdown()
 
     @property
     def pad_token_id(self) -> int:
