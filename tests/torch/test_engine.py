@@ -133,7 +133,11 @@ async def test_leaving_a_stream_drops_its_row(
         break
     await stream.aclose()
     done = await engine.generate(prompts[0], SamplingParams(max_tokens=3))
-    assert len(done.token_ids) == 3
+    # the engine serves the next request (sampling may end it early with EOS)...
+    expected = "length" if len(done.token_ids) == 3 else "stop"
+    assert done.finish_reason == expected
+    assert 1 <= len(done.token_ids) <= 3
+    # ...and did not go on generating the abandoned stream's 500 tokens
     assert engine.stats.tokens - before < 100
 
 
