@@ -23,14 +23,13 @@ import asyncio
 import os
 import random
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
-from agl.lightning import LightningRL, Transition
+from agl.lightning import LightningRL, best_transitions
 from agl.resources import Resource
 from agl_torch.served_policy import CheckpointSettings, ServedPolicy, model_or_env
 
@@ -99,29 +98,6 @@ def train_on_messages(
             }
         )
     return history
-
-
-def best_transitions(
-    batch: StepBatch, *, top_k: int = 1, min_reward: float = 1.0
-) -> list[Transition]:
-    """The transitions of each task's ``top_k`` best rollouts rewarded ``min_reward`` or more.
-
-    Rollouts are grouped by task (the ``n_samples`` of one task); ties keep the earlier
-    rollout. Rollouts without a reward are never kept.
-    """
-    if batch.transitions is None:
-        return []
-    by_task: dict[Any, list[tuple[float, int, str]]] = defaultdict(list)
-    for order, result in enumerate(batch.results):
-        reward = result.reward
-        if reward is None or reward < min_reward:
-            continue
-        task = result.rollout.metadata.get("task_index", result.rollout.rollout_id)
-        by_task[str(task)].append((-reward, order, result.rollout.rollout_id))
-    keep = {
-        rollout_id for ranked in by_task.values() for _, _, rollout_id in sorted(ranked)[:top_k]
-    }
-    return [t for t in batch.transitions if t.rollout_id in keep]
 
 
 class SFTTorch(StepAlgorithm):

@@ -32,8 +32,12 @@ __all__ = [
     "AGL_ESTIMATORS",
     "VerlConfigError",
     "build_config",
+    "check_model_path",
     "load_overrides",
+    "merge_layer",
+    "set_dotted",
     "validate_config",
+    "verl_defaults",
 ]
 
 AGL_ESTIMATORS = ("agl",)
@@ -108,11 +112,13 @@ def config_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
 
 
-def _verl_defaults() -> DictConfig:
+def verl_defaults(config_name: str = "ppo_trainer") -> DictConfig:
+    """One of verl's trainer configs, Hydra-composed as verl's entry point composes it
+    (``ppo_trainer`` for ``main_ppo``, ``sft_trainer_engine`` for the SFT trainer)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        config: DictConfig = compose(config_name="ppo_trainer")
+        config: DictConfig = compose(config_name=config_name)
     return config
 
 
@@ -130,7 +136,7 @@ def load_overrides(overrides: Mapping[str, Any] | str | os.PathLike[str] | None)
         for key, value in overrides.items():
             if not isinstance(key, str):
                 raise VerlConfigError(f"verl config keys are strings, got {key!r}")
-            _set_dotted(nested, key, value)
+            set_dotted(nested, key, value)
         return OmegaConf.create(nested)
     text: str
     path = Path(overrides)
@@ -155,7 +161,8 @@ def load_overrides(overrides: Mapping[str, Any] | str | os.PathLike[str] | None)
     return load_overrides(loaded)
 
 
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``key`` (dotted: ``"a.b.c"``) in the nested dict ``tree``."""
     *parents, last = key.split(".")
     node = tree
     for part in parents:
@@ -165,16 +172,18 @@ def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
         node = child
     if isinstance(value, Mapping) and isinstance(node.get(last), dict):
         for sub_key, sub_value in value.items():
-            _set_dotted(node[last], str(sub_key), sub_value)
+            set_dotted(node[last], str(sub_key), sub_value)
     elif isinstance(value, Mapping):
         node[last] = {}
         for sub_key, sub_value in value.items():
-            _set_dotted(node[last], str(sub_key), sub_value)
+            set_dotted(node[last], str(sub_key), sub_value)
     else:
         node[last] = value
 
 
-def _merge(base: DictConfig, layer: DictConfig, origin: str) -> DictConfig:
+def merge_layer(base: DictConfig, layer: DictConfig, origin: str) -> DictConfig:
+    """``layer`` merged over ``base``; a key ``base`` lacks raises (see :func:`_check_keys`),
+    the error naming ``origin``."""
     _check_keys(base, layer, origin, "")
     try:
         with open_dict(base):
@@ -236,24 +245,24 @@ def build_config(
     Raises:
         VerlConfigError: an override names a key verl does not have, or is not valid YAML.
     """
-    config = _verl_defaults()
-    config = _merge(config, OmegaConf.create(AGL_DEFAULTS), "agl defaults")
+    config = verl_defaults()
+    config = merge_layer(config, OmegaConf.create(AGL_DEFAULTS), "agl defaults")
     derived: dict[str, Any] = {}
     if model_path is not None:
-        _set_dotted(derived, "actor_rollout_ref.model.path", model_path)
+        set_dotted(derived, "actor_rollout_ref.model.path", model_path)
     if batch_size is not None:
-        _set_dotted(derived, "data.train_batch_size", batch_size)
+        set_dotted(derived, "data.train_batch_size", batch_size)
         # verl requires ppo_mini_batch_size <= train_batch_size; one mini-batch per step unless
         # the user asks for more.
-        _set_dotted(derived, "actor_rollout_ref.actor.ppo_mini_batch_size", batch_size)
+        set_dotted(derived, "actor_rollout_ref.actor.ppo_mini_batch_size", batch_size)
     if n_samples is not None:
-        _set_dotted(derived, "actor_rollout_ref.rollout.n", n_samples)
+        set_dotted(derived, "actor_rollout_ref.rollout.n", n_samples)
     if max_prompt_length is not None:
-        _set_dotted(derived, "data.max_prompt_length", max_prompt_length)
+        set_dotted(derived, "data.max_prompt_length", max_prompt_length)
     if max_response_length is not None:
-        _set_dotted(derived, "data.max_response_length", max_response_length)
-    config = _merge(config, OmegaConf.create(derived), "agl-verl settings")
-    config = _merge(config, load_overrides(overrides), "verl config overrides")
+        set_dotted(derived, "data.max_response_length", max_response_length)
+    config = merge_layer(config, OmegaConf.create(derived), "agl-verl settings")
+    config = merge_layer(config, load_overrides(overrides), "verl config overrides")
     if OmegaConf.select(config, "critic.enable") is None:
         # verl's own rule (a critic exactly for GAE), said once here rather than warned about.
         config.critic.enable = str(config.algorithm.adv_estimator) == "gae"
@@ -276,17 +285,7 @@ def validate_config(config: DictConfig, *, n_gpus_available: int | None = None) 
     missing = sorted(OmegaConf.missing_keys(config))
     if missing:
         raise VerlConfigError(f"verl config values are missing: {', '.join(missing)}")
-    model_path = config.actor_rollout_ref.model.path
-    if not model_path:
-        raise VerlConfigError("actor_rollout_ref.model.path is not set: give the model to train")
-    local = Path(os.path.expanduser(str(model_path)))
-    if (str(model_path).startswith(("/", ".", "~")) or local.exists()) and not (
-        local / "config.json"
-    ).is_file():
-        raise VerlConfigError(
-            f"actor_rollout_ref.model.path {str(model_path)!r} is not a model folder "
-            "(no config.json there)"
-        )
+    check_model_path("actor_rollout_ref.model.path", config.actor_rollout_ref.model.path)
     _expect(config, "trainer.use_v1", False, "agl-verl drives the classic trainer's engine")
     _expect(config, "actor_rollout_ref.hybrid_engine", True, "verl 0.9 trains hybrid only")
     _expect(config, "actor_rollout_ref.rollout.mode", "async", "agents call vLLM's HTTP server")
@@ -322,6 +321,19 @@ def validate_config(config: DictConfig, *, n_gpus_available: int | None = None) 
             f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}"
         )
     _verl_validate(config)
+
+
+def check_model_path(key: str, model_path: Any) -> None:
+    """A model is named, and a local path to one is a Hugging Face model folder."""
+    if not model_path:
+        raise VerlConfigError(f"{key} is not set: give the model to train")
+    local = Path(os.path.expanduser(str(model_path)))
+    if (str(model_path).startswith(("/", ".", "~")) or local.exists()) and not (
+        local / "config.json"
+    ).is_file():
+        raise VerlConfigError(
+            f"{key} {str(model_path)!r} is not a model folder (no config.json there)"
+        )
 
 
 def _expect(config: DictConfig, key: str, wanted: Any, why: str) -> None:
