@@ -1,8 +1,8 @@
 """Run agl-verl's training step with verl's real actor on CPU, in this process; print JSON.
 
 Run by ``test_actor_cpu.py`` in a subprocess (it changes process-wide state: verl's platform,
-a one-rank gloo process group). verl 0.9 knows only GPU platforms, so this script registers a
-CPU one through verl's platform registry and runs the actor worker verl's trainer uses
+a one-rank gloo process group). verl 0.9 knows only GPU platforms, so this script sets the
+CPU one of ``verl_cpu_platform`` and runs the actor worker verl's trainer uses
 (``ActorRolloutRefWorker``, FSDP2 engine, verl's PPO loss) without Ray: the worker's methods
 are what ``RayPPOTrainer`` calls on its worker group. :class:`agl_verl.engine.VerlEngine`
 then runs its step on it: fitting the batch, verl's ``_compute_old_log_prob``, agl's
@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
 from typing import Any
 
 for key, value in {
@@ -38,80 +37,10 @@ import torch  # noqa: E402
 
 
 def install_cpu_platform() -> None:
-    """A verl platform for CPU tensors and the gloo backend."""
-    from verl.plugin.platform import PlatformBase, PlatformRegistry, set_platform
+    """verl's platform for CPU tensors and gloo (see ``verl_cpu_platform``)."""
+    from verl.plugin.platform import set_platform
+    from verl_cpu_platform import CPUPlatform
 
-    @PlatformRegistry.register(platform="cpu")
-    class CPUPlatform(PlatformBase):  # type: ignore[misc]
-        device_name = "cpu"
-        vendor_name = "cpu"
-        device_module = torch.cpu
-
-        def is_available(self) -> bool:
-            return True
-
-        def current_device(self) -> str:
-            return "cpu"
-
-        def device_count(self) -> int:
-            return 1
-
-        def set_device(self, device_index: Any) -> None:
-            pass
-
-        def synchronize(self, device_index: Any = None) -> None:
-            pass
-
-        def manual_seed(self, seed: int) -> None:
-            torch.manual_seed(seed)
-
-        manual_seed_all = manual_seed
-
-        def set_allocator_settings(self, settings: Any) -> None:
-            pass
-
-        def empty_cache(self) -> None:
-            pass
-
-        def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
-            return None, None
-
-        def communication_backend_name(self) -> str:
-            return "gloo"
-
-        def visible_devices_envvar(self) -> str:
-            return "CUDA_VISIBLE_DEVICES"
-
-        @contextmanager
-        def nvtx_range(self, msg: str) -> Any:
-            yield
-
-        def profiler_start(self) -> None:
-            pass
-
-        def profiler_stop(self) -> None:
-            pass
-
-        def ray_resource_name(self) -> str:
-            return "CPU"
-
-        def ray_noset_envvars(self) -> list[str]:
-            return []
-
-        def is_ipc_supported(self) -> bool:
-            return False
-
-        def cudart(self) -> None:
-            return None
-
-    # verl reads memory figures and empties caches through the device module unguarded.
-    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
-        if not hasattr(torch.cpu, name):
-            setattr(torch.cpu, name, lambda *args, **kwargs: 0)
-    if not hasattr(torch.cpu, "max_memory_reserved"):
-        torch.cpu.max_memory_reserved = lambda *args, **kwargs: 0  # type: ignore[attr-defined]
-    if not hasattr(torch.cpu, "empty_cache"):
-        torch.cpu.empty_cache = lambda: None  # type: ignore[attr-defined]
     set_platform(CPUPlatform())
 
 

@@ -11,10 +11,21 @@ import pytest
 import agl.plugins
 from agl.errors import InvalidInputError
 from agl_verl.rl import LightningRLVerl
+from agl_verl.sft import SFTVerl
 
 
-def test_lightningrl_verl_is_found_by_name() -> None:
+def test_both_algorithms_are_found_by_name() -> None:
     assert agl.plugins.algorithm_classes()["lightningrl-verl"] is LightningRLVerl
+    assert agl.plugins.algorithm_classes()["sft-verl"] is SFTVerl
+
+
+def test_sft_verl_builds_by_name_with_the_model_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, model_dir: Path
+) -> None:
+    monkeypatch.setenv("AGL_VERL_MODEL", str(model_dir))
+    algorithm = agl.plugins.create_algorithm("sft-verl")
+    assert isinstance(algorithm, SFTVerl)
+    assert algorithm.model == str(model_dir)
 
 
 def test_building_by_name_reads_the_model_from_the_environment(
@@ -38,7 +49,7 @@ def test_looking_the_algorithm_up_loads_neither_verl_nor_torch() -> None:
     code = (
         "import sys\n"
         "from agl.plugins import algorithm_classes\n"
-        "assert 'lightningrl-verl' in algorithm_classes()\n"
+        "assert {'lightningrl-verl', 'sft-verl'} <= set(algorithm_classes())\n"
         "print(sorted(m for m in ('verl', 'torch', 'ray') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,5 +14,6 @@ import agl
 @agl.hookimpl
 def agl_algorithms() -> Mapping[str, type[agl.Algorithm]]:
     from agl_verl.rl import LightningRLVerl
+    from agl_verl.sft import SFTVerl
 
-    return {LightningRLVerl.name: LightningRLVerl}
+    return {LightningRLVerl.name: LightningRLVerl, SFTVerl.name: SFTVerl}

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
 import torch
 from torch.utils.data import Dataset
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
@@ -113,4 +114,7 @@ class ChatSFTDataset(MultiTurnSFTDataset):  # type: ignore[misc]
 
 
 def _decoded(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    """A JSON column's value; a missing one (no tools for this row) is None."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return None if value is None or value is pd.NA else value

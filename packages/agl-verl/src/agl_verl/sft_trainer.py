@@ -270,7 +270,9 @@ def _verl_validate_sft(config: DictConfig) -> None:
             omega_conf_to_dataclass(config[section])
         except Exception as exc:  # verl raises assertions, ValueErrors, OSErrors alike
             cause = exc.__cause__ if exc.__cause__ is not None else exc
-            raise VerlConfigError(f"verl rejected the SFT config's {section}: {cause}") from exc
+            # verl's dataclasses often assert without a message: then say where it failed.
+            detail = str(cause) or " ".join(str(exc).split("\n")[:2])
+            raise VerlConfigError(f"verl rejected the SFT config's {section}: {detail}") from exc
 
 
 def total_sft_steps(config: DictConfig, n_samples: int) -> int:
