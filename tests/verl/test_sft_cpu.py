@@ -193,3 +193,27 @@ def test_a_failing_verl_run_says_why_with_its_log_and_keeps_the_data(
         run_verl_sft(config, env=verl_on_cpu["env"])
     assert pq.read_table(data).num_rows == 2
     assert (tmp_path / "out" / "verl_sft.log").is_file()
+
+
+def test_verls_ray_sft_trainer_runs_on_a_ray_cluster(
+    tmp_path: Path, model_dir: Path, verl_on_cpu: dict[str, Any]
+) -> None:
+    """``launcher="ray"``: verl's Ray SFT trainer, its worker group placed by Ray (a local
+    cluster here; ``RAY_ADDRESS`` names a running one across nodes)."""
+    run = train_sft(
+        model_dir,
+        output_dir=tmp_path / "sft",
+        messages=CONVERSATIONS,
+        config={**verl_on_cpu["config"], "optim.lr": 5e-3},
+        batch_size=4,
+        max_length=64,
+        launcher="ray",
+        env=verl_on_cpu["env"],
+        progress=False,
+    )
+    assert run.steps == 4
+    losses = [row["train/loss"] for row in run.metrics]
+    assert losses[-1] < losses[0]
+    assert run.hf_model is not None
+    assert (run.hf_model / "model.safetensors").is_file()
+    assert "TrainingWorker" in (tmp_path / "sft" / "verl_sft.log").read_text(encoding="utf-8")

@@ -73,6 +73,10 @@ class CPUPlatform(PlatformBase):  # type: ignore[misc]
     def ray_resource_name(self) -> str:
         return "CPU"
 
+    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+        # Ray takes CPUs as num_cpus, never as a custom resource.
+        return {"num_cpus": num_gpus}
+
     def ray_noset_envvars(self) -> list[str]:
         return []
 
@@ -89,3 +93,16 @@ for _name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "ma
         setattr(torch.cpu, _name, lambda *args, **kwargs: 0)
 if not hasattr(torch.cpu, "empty_cache"):
     torch.cpu.empty_cache = lambda: None  # type: ignore[attr-defined]
+
+# verl's process-group set-up names gloo for CPU tensors and the platform's backend for device
+# tensors ("cpu:gloo,cpu:gloo" here), which torch refuses as a duplicate: fold it to "gloo".
+_init_process_group = torch.distributed.init_process_group
+
+
+def _init_cpu_process_group(*args: Any, **kwargs: Any) -> Any:
+    if kwargs.get("backend") == "cpu:gloo,cpu:gloo":
+        kwargs["backend"] = "gloo"
+    return _init_process_group(*args, **kwargs)
+
+
+torch.distributed.init_process_group = _init_cpu_process_group

@@ -319,6 +319,9 @@ def run_verl_sft(
     process_env = {
         **os.environ,
         "TOKENIZERS_PARALLELISM": "false",
+        # verl's processes run on this interpreter, not under `uv run`: Ray must not try to
+        # rebuild a uv project around the output folder it starts in.
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
         **dict(env or {}),
         "VERL_FILE_LOGGER_PATH": str(metrics_path),
     }
