@@ -18,6 +18,7 @@ a process crash but not a power cut), ``poll_interval`` (seconds, default 0.1) a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -363,11 +364,27 @@ class _Writer(threading.Thread):
             if None in batch:
                 stopping = True
             jobs = [job for job in batch if job is not None]
-            if len(jobs) == 1:
-                self._run_alone(*jobs[0])
-            elif jobs:
-                self._run_batch(jobs)
+            try:
+                if len(jobs) == 1:
+                    self._run_alone(*jobs[0])
+                elif jobs:
+                    self._run_batch(jobs)
+            except BaseException as exc:  # the writer outlives any failure; nobody waits forever
+                self._abandon(jobs, exc)
         self._db.close()
+
+    def _abandon(
+        self, jobs: list[tuple[Callable[[Transaction], Any], Future[Any]]], exc: BaseException
+    ) -> None:
+        """The transaction broke outside any operation (a savepoint or rollback failed, say
+        on an I/O error): undo what is left of it and fail every caller not yet answered
+        (none was told its write succeeded: answers come only after the commit)."""
+        with contextlib.suppress(sqlite3.Error):
+            self._rollback()
+        failure = StoreError(f"SQLite store write failed, nothing of it was kept: {exc}")
+        for _, future in jobs:
+            if not future.done():
+                future.set_exception(failure)
 
     def _run_alone(self, operation: Callable[[Transaction], Any], future: Future[Any]) -> None:
         """Run one operation that nothing else is waiting beside, in a transaction of its own.
@@ -391,7 +408,8 @@ class _Writer(threading.Thread):
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._rollback()
+            with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
+                self._rollback()
             future.set_exception(StoreError(f"SQLite store could not commit: {exc}"))
             return
         future.set_result(result)  # only now, with the commit on disk
@@ -425,7 +443,8 @@ class _Writer(threading.Thread):
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
+                self._rollback()
             failure = StoreError(f"SQLite store could not commit: {exc}")
             for future, _, _ in outcomes:
                 future.set_exception(failure)
