@@ -139,3 +139,15 @@ async def test_the_server_errors_come_back_as_agl_errors(server: StoreServer) ->
         assert info.value.field == "spans[0].attempt_id"
         good = Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="good")
         assert await store.add_spans([good, good]) == [1, 1]
+
+
+async def test_every_accepted_rollout_id_is_addressable_over_http(server: StoreServer) -> None:
+    """Ids with the punctuation ids may hold travel percent-encoded and come back whole."""
+    rollout_id = "task-1.run:2@host~x+y=z,(a);!$&'*"
+    async with agl.open_store(server.url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input="task", rollout_id=rollout_id)])
+        assert (await store.get_rollout(rollout_id)).rollout_id == rollout_id
+        [claimed] = await store.dequeue_rollouts()
+        attempts = await store.query_attempts(rollout_id)
+        assert [a.attempt_id for a in attempts] == [claimed.attempt.attempt_id]
+        assert (await store.cancel_rollout(rollout_id)).rollout_id == rollout_id

@@ -143,6 +143,8 @@ class RolloutRequest(BaseModel):
 
     Give ``rollout_id`` to make the enqueue idempotent: enqueueing an id the store already holds
     returns the stored rollout and changes nothing, so a retried request never runs a task twice.
+    An id is one URL path segment of the HTTP store's API, the same in every backend: no ``/``,
+    ``%``, ``?``, ``#``, whitespace or control characters, and not ``.`` or ``..``.
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -153,6 +155,21 @@ class RolloutRequest(BaseModel):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     resources_id: str | None = None
     rollout_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _addressable(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        bad = sorted({c for c in value if c in "/%?#" or c.isspace() or not c.isprintable()})
+        if bad or value in (".", ".."):
+            what = f"holds {', '.join(repr(c) for c in bad)}" if bad else f"is {value!r}"
+            raise ValueError(
+                f"rollout_id {value!r} {what}: an id must be addressable as one URL path "
+                "segment (no '/', '%', '?', '#', whitespace or control characters; not '.' "
+                "or '..')"
+            )
+        return value
 
 
 class Rollout(BaseModel):
