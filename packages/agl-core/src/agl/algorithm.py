@@ -23,6 +23,7 @@ batches, validation, publishing and metrics. Step algorithms can share one run, 
 from __future__ import annotations
 
 import abc
+import math
 import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -298,6 +299,17 @@ class StepAlgorithm(Algorithm):
     n_samples: int = 1
     max_steps: int | None = None
     step_timeout: float | None = None
+
+    def total_steps(self, n_tasks: int) -> tuple[int, int]:
+        """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks, as agl's
+        loop cuts them: ``batch_size`` tasks a step (all in one step if None), ``n_epochs``
+        passes, at most ``max_steps`` (for a learning-rate schedule, or to know the last
+        step)."""
+        per_epoch = 1 if self.batch_size is None else math.ceil(n_tasks / self.batch_size)
+        total = per_epoch * self.n_epochs
+        if self.max_steps is not None:
+            total = min(total, self.max_steps)
+        return total, per_epoch
 
     def resume_step(self) -> int:
         """The last step an earlier run of this algorithm completed and saved (0: none).

@@ -30,7 +30,6 @@ generation step. Each step:
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -154,14 +153,6 @@ class LightningRLVerl(StepAlgorithm):
             )
         return self._lightning or LightningRL(advantage="grpo")
 
-    def total_steps(self, n_tasks: int) -> tuple[int, int]:
-        """(steps in the run, steps per epoch) for ``n_tasks`` training tasks."""
-        per_epoch = max(1, math.ceil(n_tasks / (self.batch_size or max(n_tasks, 1))))
-        total = per_epoch * self.n_epochs
-        if self.max_steps is not None:
-            total = min(total, self.max_steps)
-        return total, per_epoch
-
     # --- the algorithm ------------------------------------------------------------------------
 
     async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
@@ -173,7 +164,10 @@ class LightningRLVerl(StepAlgorithm):
             )
         self.config = self.build_config(ctx)
         total, per_epoch = self.total_steps(len(ctx.train_tasks))
-        self.engine = self.engine_factory(self.config, total_steps=total, steps_per_epoch=per_epoch)
+        # verl's learning-rate schedule and epoch count need at least one step.
+        self.engine = self.engine_factory(
+            self.config, total_steps=max(total, 1), steps_per_epoch=max(per_epoch, 1)
+        )
         upstreams = await asyncio.to_thread(self.engine.start)
         model_name = await served_model(upstreams[0])
         self.llm = await ctx.serve_llm(upstreams, model_name, self.sampling)
