@@ -33,7 +33,6 @@ model.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -338,7 +337,7 @@ class SFTVerl(StepAlgorithm):
                 field="llm",
             )
         self.root = ctx.run_dir / self.name
-        self.last_step = self._last_step(len(ctx.train_tasks))
+        self.last_step = self.total_steps(len(ctx.train_tasks))[0]
         if self.messages is not None:
             run = await self._train(ctx, "messages", messages=_conversations(self.messages))
             ctx.log(0, _round_metrics("sft/messages/", run))
@@ -348,20 +347,17 @@ class SFTVerl(StepAlgorithm):
         llm: LLM = await ctx.serve_llm(self.upstreams, name, self.sampling)
         return {self.resource: llm}
 
-    def _last_step(self, n_tasks: int) -> int:
-        per_epoch = max(1, math.ceil(n_tasks / (self.batch_size or max(n_tasks, 1))))
-        total = per_epoch * self.n_epochs
-        return min(total, self.max_steps) if self.max_steps is not None else total
-
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         kept = best_transitions(batch, top_k=self.top_k, min_reward=self.min_reward)
         self.pending.extend(kept)
         batch.metrics["sft/kept_transitions"] = float(len(kept))
         batch.metrics["sft/pending_transitions"] = float(len(self.pending))
-        due = batch.step >= self.last_step or (
-            self.train_every is not None and batch.step % self.train_every == 0
-        )
-        if due and self.pending:
+        last = batch.step >= self.last_step
+        due = last or (self.train_every is not None and batch.step % self.train_every == 0)
+        # A round before the last waits for a full SFT batch; the last trains what there is
+        # (too little for the batch is then an error naming both numbers).
+        enough = len(self.pending) >= (self.sft_options["batch_size"] or 1)
+        if due and self.pending and (enough or last):
             pending, self.pending = self.pending, []
             run = await self._train(ctx, f"step-{batch.step}", transitions=pending)
             batch.metrics.update(_round_metrics("sft/", run))

@@ -51,6 +51,7 @@ __all__ = [
     "VerlSFTError",
     "build_sft_config",
     "run_verl_sft",
+    "total_sft_steps",
     "validate_sft_config",
 ]
 
