@@ -47,12 +47,13 @@ CONVERSATIONS = [
 
 
 def test_verls_sft_trainer_learns_the_conversations(
-    tmp_path: Path, model_dir: Path, verl_on_cpu: dict[str, Any]
+    tmp_path: Path, model_dir: Path, verl_on_cpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative output folder means the same to verl's processes
     steps: list[tuple[int, int | None]] = []
     run = train_sft(
         model_dir,
-        output_dir=tmp_path / "sft",
+        output_dir="sft",
         messages=CONVERSATIONS,
         config={**verl_on_cpu["config"], "optim.lr": 5e-3},
         batch_size=4,
@@ -76,7 +77,7 @@ def test_verls_sft_trainer_learns_the_conversations(
         assert (tmp_path / "sft" / name).is_file(), name
 
     # verl's checkpoint, and its Hugging Face copy: the answers became likelier
-    assert run.checkpoint == tmp_path / "sft" / "global_step_8"
+    assert run.checkpoint == (tmp_path / "sft" / "global_step_8").absolute()
     assert run.hf_model == run.checkpoint / "huggingface"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     gain = 0.0

@@ -334,7 +334,6 @@ def run_verl_sft(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=process_env,
-            cwd=output_dir,
             start_new_session=True,
         )
         try:
