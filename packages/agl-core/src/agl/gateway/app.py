@@ -230,6 +230,15 @@ class Gateway:
             self._submit(record)
             return Response(content, reply.status, media_type="application/json")
 
+        submitted = False
+
+        def submit() -> None:
+            nonlocal submitted
+            if not submitted:
+                submitted = True
+                record.finish_stream()
+                self._submit(record)
+
         async def relay() -> AsyncIterator[bytes]:
             done = False
             try:
@@ -239,7 +248,10 @@ class Gateway:
                         continue
                     payload = line[5:].strip()
                     if payload == "[DONE]":
+                        # Recorded before the agent sees the end of the stream, so a flush
+                        # after the agent's call returns always finds the span.
                         done = True
+                        submit()
                         yield b"data: [DONE]\n\n"
                         continue
                     try:
@@ -258,8 +270,7 @@ class Gateway:
                 reply.close()
                 if not done and record.error is None:
                     record.error = "client disconnected before the stream ended"
-                record.finish_stream()
-                self._submit(record)
+                submit()
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
