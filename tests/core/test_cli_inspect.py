@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from agl import semconv
 from agl.cli import app
 from agl.spans import SpanEvent, SpanKind, SpanStatus, StatusCode, new_trace_id
 from agl.store.serve import StoreServer
+from agl.testing.ports import free_port
 
 # Wide enough that no table column is cut; no colour codes in what the tests read.
 ENV = {"COLUMNS": "200", "FORCE_COLOR": None, "TTY_COMPATIBLE": None, "AGL_STORE": None}
@@ -235,12 +235,6 @@ def sqlite_store(tmp_path: Path) -> Filled:
 def http_store() -> Iterator[Filled]:
     with StoreServer("memory://") as server:
         yield fill_url(server.url)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rows_of(output: str) -> dict[str, list[str]]:

@@ -14,7 +14,6 @@ import asyncio
 import inspect
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ import pytest
 import agl
 from agl import Span
 from agl.store.sqlite import SQLiteStore
+from agl.testing.ports import free_port
 
 BATCH_SIZE = 20
 MIN_ACKED_BATCHES = 5
@@ -50,12 +50,6 @@ def make_batch(rollout_id: str, attempt_id: str, index: int) -> list[Span]:
         )
         for position in range(BATCH_SIZE)
     ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

@@ -18,7 +18,6 @@ import inspect
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -38,6 +37,7 @@ from agl.results import RolloutResult, fetch_results
 from agl.runner import Runner
 from agl.store.serve import StoreServer
 from agl.testing.openai_server import OpenAIServer, error_reply
+from agl.testing.ports import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -119,12 +119,6 @@ def child_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["COLUMNS"] = "1000"  # rich would wrap the runner's summary line at 80 columns
     return env
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_agent(directory: Path, module: str, source: str) -> str:

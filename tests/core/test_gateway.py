@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from agl.testing.openai_server import (
     text_reply,
     tool_reply,
 )
+from agl.testing.ports import free_port
 
 pytestmark = pytest.mark.anyio
 MESSAGES: Any = [{"role": "user", "content": "What is 2+2?"}]
@@ -196,12 +196,6 @@ async def test_upstream_errors_reach_the_agent_and_are_recorded(
     assert all(span.status.code == agl.StatusCode.ERROR for span in spans)
     assert "engine crashed" in (spans[0].status.description or "")
     assert "maximum context length" in (spans[1].status.description or "")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_an_unreachable_upstream_is_a_502_not_a_crash(store: MemoryStore) -> None:

@@ -38,6 +38,7 @@ from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 from agl.store.http import HttpStore
 from agl.store.memory import MemoryStore
 from agl.store.serve import StoreServer, check_bind_address
+from agl.testing.ports import free_port
 
 ERROR_KEYS = {"type", "message", "field", "value"}
 TOKEN = "s3cret-token"
@@ -69,12 +70,6 @@ def client(server: StoreServer) -> Iterator[httpx.Client]:
 def no_token_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """HttpStore and the CLI read AGL_STORE_TOKEN; these tests must not see one."""
     monkeypatch.delenv("AGL_STORE_TOKEN", raising=False)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def error_of(

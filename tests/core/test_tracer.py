@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import agl
 from agl import RolloutRequest, semconv
 from agl.store.memory import MemoryStore
 from agl.store.serve import StoreServer
+from agl.testing.ports import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -141,12 +141,6 @@ async def test_a_rejected_batch_is_counted_and_not_retried(
         assert tracer.stats.rejected == 1
         assert tracer.stats.exported == 0
     assert "refused" in caplog.text
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_spans_wait_for_an_unreachable_store_and_arrive_later(tmp_path: Path) -> None:

@@ -4,5 +4,6 @@
 - :mod:`agl.testing.algorithm`: what every algorithm must do, run through a real Trainer;
 - :mod:`agl.testing.instrumentor`: what every instrumentor must record, against a real server;
 - :mod:`agl.testing.openai_server`: a scripted OpenAI-compatible server speaking vLLM's wire
-  protocol (token ids, logprobs, streaming).
+  protocol (token ids, logprobs, streaming);
+- :mod:`agl.testing.ports`: a free loopback port for a server started in another process.
 """
