@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import openai
 import agl
 from agl import RolloutRequest, semconv
 from agl.store.memory import MemoryStore
+from agl.testing.ports import free_port
 from agl.tracing.openai import OpenAIInstrumentation
 
 MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
@@ -45,12 +45,6 @@ UPSTREAM = "from agl.testing.openai_server import OpenAIServer; import time, sys
     "s = OpenAIServer(port=int(sys.argv[1])); s.start(); print('ready', flush=True)\n"
     "while True: time.sleep(3600)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import httpx
 
 import agl
 from agl import RolloutRequest, RolloutStatus, semconv
+from agl.testing.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 LLM_SERVER = (
@@ -44,14 +45,6 @@ LLM_SERVER = (
     "while True: time.sleep(3600)\n"
 )
 FINAL = [RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

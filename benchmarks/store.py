@@ -26,7 +26,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from typing import Any
 
 import agl
 from agl import AttemptStatus, RolloutRequest, RolloutStatus, Span, Store
+from agl.testing.ports import free_port
 
 # LARGE_BATCH is what OpenTelemetry's BatchSpanProcessor sends at most per export by default
 # (max_export_batch_size=512): the batch a traced agent's exporter really produces.
@@ -301,9 +301,7 @@ async def bench_backend(backend: str, url: str, work: Workload) -> list[Figure]:
 @contextlib.contextmanager
 def http_server(db_url: str) -> Iterator[str]:
     """Run ``agl store serve`` in its own process; stop it on the way out, error or not."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "agl", "store", "serve", "--db", db_url, "--port", str(port)]
     proc = subprocess.Popen([*command, "--log-level", "warning"], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
