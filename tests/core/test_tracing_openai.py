@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
+import packaging.version
 import pytest
 
 import agl
@@ -32,6 +35,12 @@ def server() -> Iterator[OpenAIServer]:
 
 
 @pytest.fixture
+def client(server: OpenAIServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.url, api_key="test", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
 async def setup() -> AsyncIterator[tuple[agl.Store, agl.Tracer, OpenAIInstrumentation]]:
     async with MemoryStore() as store:
         with agl.Tracer(store) as tracer:
@@ -53,10 +62,9 @@ def llm_spans(spans: list[agl.Span]) -> list[agl.Span]:
     return [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == semconv.SPAN_TYPE_LLM]
 
 
-async def test_every_kind_of_openai_call_is_recorded(server: OpenAIServer, setup: Any) -> None:
+async def test_every_kind_of_openai_call_is_recorded(client: openai.OpenAI, setup: Any) -> None:
     store, tracer, _ = setup
     [(rollout_id, attempt_id)] = await claim(store)
-    client = openai.OpenAI(base_url=server.url, api_key="test")
     messages: Any = [{"role": "user", "content": "what is 2+2?"}]
     async with tracer.rollout(rollout_id, attempt_id):
         plain = client.chat.completions.create(model="m", messages=messages)
@@ -85,10 +93,11 @@ async def test_every_kind_of_openai_call_is_recorded(server: OpenAIServer, setup
     assert all(s.attempt_id == attempt_id for s in spans)
 
 
-async def test_tool_calls_are_recorded(server: OpenAIServer, setup: Any) -> None:
+async def test_tool_calls_are_recorded(
+    server: OpenAIServer, client: openai.OpenAI, setup: Any
+) -> None:
     store, tracer, _ = setup
     [(rollout_id, attempt_id)] = await claim(store)
-    client = openai.OpenAI(base_url=server.url, api_key="test")
     tools: Any = [
         {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}
     ]
@@ -107,10 +116,11 @@ async def test_tool_calls_are_recorded(server: OpenAIServer, setup: Any) -> None
     assert call["id"] == result.choices[0].message.tool_calls[0].id  # type: ignore[index]
 
 
-async def test_a_failed_call_is_recorded_as_an_error(server: OpenAIServer, setup: Any) -> None:
+async def test_a_failed_call_is_recorded_as_an_error(
+    server: OpenAIServer, client: openai.OpenAI, setup: Any
+) -> None:
     store, tracer, _ = setup
     [(rollout_id, attempt_id)] = await claim(store)
-    client = openai.OpenAI(base_url=server.url, api_key="test", max_retries=0)
     server.script = lambda request: error_reply(503, "engine overloaded")
     try:
         async with tracer.rollout(rollout_id, attempt_id):
@@ -127,33 +137,33 @@ async def test_a_failed_call_is_recorded_as_an_error(server: OpenAIServer, setup
 async def test_fifty_concurrent_rollouts_do_not_mix(server: OpenAIServer, setup: Any) -> None:
     store, tracer, _ = setup
     ids = await claim(store, 50)
-    client = openai.AsyncOpenAI(base_url=server.url, api_key="test")
+    async with openai.AsyncOpenAI(base_url=server.url, api_key="test") as client:
 
-    async def agent(index: int, rollout_id: str, attempt_id: str) -> None:
-        async with tracer.rollout(rollout_id, attempt_id):
-            for turn in range(2):
-                await client.chat.completions.create(
-                    model="m",
-                    messages=[{"role": "user", "content": f"rollout {index} turn {turn}"}],
-                )
+        async def agent(index: int, rollout_id: str, attempt_id: str) -> None:
+            async with tracer.rollout(rollout_id, attempt_id):
+                for turn in range(2):
+                    await client.chat.completions.create(
+                        model="m",
+                        messages=[{"role": "user", "content": f"rollout {index} turn {turn}"}],
+                    )
 
-    await asyncio.gather(*(agent(i, *pair) for i, pair in enumerate(ids)))
-    await client.close()
-    for index, (rollout_id, _) in enumerate(ids):
-        spans = llm_spans(await store.query_spans(rollout_id))
-        contents = sorted(
-            json.loads(str(s.attributes[semconv.GEN_AI_INPUT_MESSAGES]))[0]["parts"][0]["content"]
-            for s in spans
-        )
-        assert contents == [f"rollout {index} turn 0", f"rollout {index} turn 1"]
+        await asyncio.gather(*(agent(i, *pair) for i, pair in enumerate(ids)))
+        for index, (rollout_id, _) in enumerate(ids):
+            spans = llm_spans(await store.query_spans(rollout_id))
+            contents = sorted(
+                json.loads(str(s.attributes[semconv.GEN_AI_INPUT_MESSAGES]))[0]["parts"][0][
+                    "content"
+                ]
+                for s in spans
+            )
+            assert contents == [f"rollout {index} turn 0", f"rollout {index} turn 1"]
 
 
 async def test_instrumentation_is_idempotent_and_reversible(
-    server: OpenAIServer, setup: Any
+    client: openai.OpenAI, setup: Any
 ) -> None:
     store, tracer, instrumentation = setup
     [(rollout_id, attempt_id), (second_id, second_attempt)] = await claim(store, 2)
-    client = openai.OpenAI(base_url=server.url, api_key="test")
     instrumentation.instrument()  # a second time: still one span per call
     async with tracer.rollout(rollout_id, attempt_id):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
@@ -167,11 +177,10 @@ async def test_instrumentation_is_idempotent_and_reversible(
 
 
 async def test_omitted_parameters_are_left_out_without_warnings(
-    server: OpenAIServer, setup: Any, caplog: pytest.LogCaptureFixture
+    client: openai.OpenAI, setup: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store, tracer, _ = setup
     [(rollout_id, attempt_id)] = await claim(store)
-    client = openai.OpenAI(base_url=server.url, api_key="test")
     messages: Any = [{"role": "user", "content": "hi"}]
     async with tracer.rollout(rollout_id, attempt_id):
         client.chat.completions.create(
@@ -183,14 +192,98 @@ async def test_omitted_parameters_are_left_out_without_warnings(
     assert not [r for r in caplog.records if "Invalid type" in r.getMessage()]
 
 
+async def test_sync_calls_inside_a_running_loop_start_no_thread(
+    client: openai.OpenAI, setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instrumentation's own sync path starts a thread and an event loop per call (1-2 ms)
+    when a loop runs; agl records the request inline, until it uninstruments."""
+    store, tracer, instrumentation = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "warm"}])
+    started: list[threading.Thread] = []
+    original_start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread)
+        original_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    async with tracer.rollout(rollout_id, attempt_id):
+        for question in ("a", "b", "c"):
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": question}]
+            )
+        assert started == []
+    spans = llm_spans(await store.query_spans(rollout_id))
+    assert len(spans) == 3
+    assert all(s.attributes[semconv.GEN_AI_REQUEST_MODEL] == "m" for s in spans)
+    instrumentation.uninstrument()
+    from opentelemetry.instrumentation.openai.shared import chat_wrappers
+    from opentelemetry.instrumentation.openai.utils import run_async
+
+    assert chat_wrappers.run_async is run_async  # the library's own again
+
+
+async def test_traced_calls_do_not_parse_the_openai_version_again(
+    client: openai.OpenAI, setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instrumentation checks the openai version about a dozen times a call; agl answers
+    those checks from one parse."""
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "warm"}])
+    parsed: list[str] = []
+    original_parse = packaging.version.parse
+
+    def counting_parse(text: str) -> packaging.version.Version:
+        parsed.append(text)
+        return original_parse(text)
+
+    monkeypatch.setattr(packaging.version, "parse", counting_parse)
+    async with tracer.rollout(rollout_id, attempt_id):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert parsed == []
+    assert len(llm_spans(await store.query_spans(rollout_id))) == 2
+
+
+async def test_usage_with_null_details_is_recorded_without_a_failure(
+    server: OpenAIServer, client: openai.OpenAI, setup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM answers with ``"prompt_tokens_details": null`` (so does the test server)."""
+    store, tracer, _ = setup
+    [(rollout_id, attempt_id)] = await claim(store)
+    caplog.set_level(logging.DEBUG, logger="opentelemetry.instrumentation.openai")
+    async with tracer.rollout(rollout_id, attempt_id):
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+        completion = client.completions.create(model="m", prompt="2+2=", max_tokens=4)
+    assert reply.usage is not None
+    assert reply.usage.prompt_tokens_details is None
+    assert not [r for r in caplog.records if "failed to trace" in r.getMessage()]
+    spans = {
+        s.attributes[semconv.GEN_AI_RESPONSE_ID]: s
+        for s in llm_spans(await store.query_spans(rollout_id))
+    }
+    for response_id, usage in ((reply.id, reply.usage), (completion.id, completion.usage)):
+        assert usage is not None
+        recorded = spans[response_id].attributes
+        assert recorded[semconv.GEN_AI_USAGE_INPUT_TOKENS] == usage.prompt_tokens
+        assert recorded[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.completion_tokens
+        assert recorded["gen_ai.usage.cache_read.input_tokens"] == 0
+
+
 async def test_instrumentations_on_one_tracer_share_the_patches(
-    server: OpenAIServer, setup: Any
+    client: openai.OpenAI, setup: Any
 ) -> None:
     store, tracer, first = setup
     second = OpenAIInstrumentation(tracer)
     second.instrument()
     [(one, one_attempt), (two, two_attempt)] = await claim(store, 2)
-    client = openai.OpenAI(base_url=server.url, api_key="test")
     async with tracer.rollout(one, one_attempt):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
     assert len(llm_spans(await store.query_spans(one))) == 1  # recorded once, not twice

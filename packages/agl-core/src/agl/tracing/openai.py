@@ -8,8 +8,10 @@ when the spans are converted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from agl.errors import AglError
@@ -62,8 +64,8 @@ class _SharedPatches:
         self._tracer: Tracer | None = None
         self._holders = 0
         self._instrumentor: Any = None
-        self._original_run_async: Any = None
-        self._original_setters: list[tuple[Any, Any]] = []
+        # (module, name, original) for each of agl's own patches to the instrumentation
+        self._originals: list[tuple[Any, str, Any]] = []
 
     def acquire(self, tracer: Tracer) -> None:
         with self._lock:
@@ -90,16 +92,34 @@ class _SharedPatches:
         self._instrumentor = instrumentor
         self._tracer = tracer
         self._speed_up_sync_calls()
+        self._check_the_openai_version_once()
         self._skip_omitted_values()
+        self._tolerate_null_usage_details()
 
     def _stop(self) -> None:
         self._instrumentor.uninstrument()
         _remove_leftover_wrappers()
         self._instrumentor = None
         self._tracer = None
-        for module, original in self._original_setters:
-            setattr(module, "_set_span_attribute", original)  # noqa: B010
-        self._original_setters = []
+        for module, name, original in reversed(self._originals):
+            setattr(module, name, original)
+        self._originals = []
+
+    def _replace(self, module_name: str, name: str, make: Callable[[Any], Any]) -> None:
+        """Replace ``name`` in one of the instrumentation's modules by ``make(original)``;
+        :meth:`_stop` puts the original back. Modules or names this version lacks are skipped."""
+        import importlib
+
+        full_name = ".".join(filter(None, (_INSTRUMENTATION_PACKAGE, module_name)))
+        try:
+            module = importlib.import_module(full_name)
+        except ImportError:
+            return
+        original = getattr(module, name, None)
+        if original is None:
+            return
+        setattr(module, name, make(original))
+        self._originals.append((module, name, original))
 
     def _skip_omitted_values(self) -> None:
         """Leave out request parameters the caller omitted with openai 2's ``omit``.
@@ -109,33 +129,65 @@ class _SharedPatches:
         drops the value with a warning per call. Each module's copy of the instrumentation's
         ``_set_span_attribute`` is wrapped to skip those values too.
         """
-        import importlib
-
         import openai
 
         omit = getattr(openai, "Omit", None)
         if omit is None:
             return
-        for name in _SETTER_MODULES:
-            try:
-                module = importlib.import_module(f"{_INSTRUMENTATION_PACKAGE}.{name}")
-            except ImportError:
-                continue
-            original = getattr(module, "_set_span_attribute", None)
-            if original is None:
-                continue
 
-            def setter(span: Any, key: str, value: Any, _original: Any = original) -> None:
+        def make(original: Any) -> Any:
+            def setter(span: Any, key: str, value: Any) -> None:
                 if not isinstance(value, omit):
-                    _original(span, key, value)
+                    original(span, key, value)
 
-            setattr(module, "_set_span_attribute", setter)  # noqa: B010
-            self._original_setters.append((module, original))
-        if self._original_run_async is not None:
-            from opentelemetry.instrumentation.openai.shared import chat_wrappers
+            return setter
 
-            setattr(chat_wrappers, "run_async", self._original_run_async)  # noqa: B010
-            self._original_run_async = None
+        for module_name in _SETTER_MODULES:
+            self._replace(module_name, "_set_span_attribute", make)
+
+    def _tolerate_null_usage_details(self) -> None:
+        """Record usage whose ``prompt_tokens_details`` is ``null``, as vLLM sends it.
+
+        The instrumentation's response recorder reads that field with ``dict(...)``, which
+        raises on ``None``: the call then loses its cached-token count and the recorder formats
+        a traceback for a debug log on every call (a good part of a millisecond). The field is
+        dropped from the response it looks at when it is ``None``.
+        """
+
+        def make(original: Any) -> Any:
+            def recorder(span: Any, response: Any) -> Any:
+                usage = response.get("usage") if isinstance(response, dict) else None
+                if usage is not None and not isinstance(usage, dict):
+                    usage = getattr(usage, "__dict__", None)
+                if isinstance(usage, dict) and usage.get("prompt_tokens_details", 0) is None:
+                    kept = {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+                    response = {**response, "usage": kept}
+                return original(span, response)
+
+            return recorder
+
+        for module_name in _RESPONSE_MODULES:
+            self._replace(module_name, "_set_response_attributes", make)
+
+    def _check_the_openai_version_once(self) -> None:
+        """Answer the instrumentation's version checks from one parse of the version.
+
+        ``is_openai_v1()`` and ``is_reasoning_supported()`` parse the installed openai version
+        with ``packaging`` each time, about a dozen times a call (~0.1 ms). The answer cannot
+        change while the process runs, so each module's copy is replaced by a cached one.
+        """
+        import sys
+
+        for module_name, module in list(sys.modules.items()):
+            if module is None or not (
+                module_name == _INSTRUMENTATION_PACKAGE
+                or module_name.startswith(_INSTRUMENTATION_PACKAGE + ".")
+            ):
+                continue
+            relative = module_name[len(_INSTRUMENTATION_PACKAGE) + 1 :]
+            for name in ("is_openai_v1", "is_reasoning_supported"):
+                if callable(getattr(module, name, None)):
+                    self._replace(relative, name, functools.cache)
 
     def _speed_up_sync_calls(self) -> None:
         """Record sync chat calls without starting an event loop for each.
@@ -145,7 +197,6 @@ class _SharedPatches:
         when one is already running: 1 to 2 ms a call. The coroutine awaits nothing real unless an
         image uploader is configured, which agl never does, so it runs to completion at once.
         """
-        from opentelemetry.instrumentation.openai.shared import chat_wrappers
 
         def run_inline(coroutine: Any) -> Any:
             try:
@@ -156,8 +207,7 @@ class _SharedPatches:
             logger.warning("an OpenAI request's attributes wanted real I/O and were skipped")
             return None
 
-        self._original_run_async = getattr(chat_wrappers, "run_async")  # noqa: B009
-        setattr(chat_wrappers, "run_async", run_inline)  # noqa: B010
+        self._replace("shared.chat_wrappers", "run_async", lambda original: run_inline)
 
 
 _patches = _SharedPatches()
@@ -202,4 +252,10 @@ _SETTER_MODULES = (
     "v1.responses_wrappers",
     "v1.assistant_wrappers",
     "v1.event_handler_wrapper",
+)
+# The modules of the instrumentation that call its `_set_response_attributes`.
+_RESPONSE_MODULES = (
+    "shared.chat_wrappers",
+    "shared.completion_wrappers",
+    "shared.embeddings_wrappers",
 )
