@@ -8,13 +8,16 @@ Everything runs on this machine, each part in its own process:
   default), tracing the ``openai`` client (``--instrument openai``);
 - this process, which enqueues the rollouts over HTTP and counts them finishing.
 
-Each agent makes 4 chat calls with the real ``openai`` client and returns a reward of 1. A
+Each agent makes 4 chat calls and returns a reward of 1: with the real ``openai`` client
+(``--agent openai``, the default), or as plain aiohttp calls each recorded as an
+``agl.operation`` span (``--agent http``: a trivial agent, so the figure is agl's runner, tracer
+and store, not the openai client's own ~1 ms of CPU per call). A
 warm-up batch runs first; then ``--rollouts`` are enqueued at once and timed until the last one
 finishes. The run is checked: every rollout succeeded and its spans (4 LLM calls, the reward)
 are in the store. Target: at least 300 rollouts/s on 2 cores. Reference: agentlightning's
 published store benchmark peaks at ~57 rollouts/s on a 32-core host.
 
-Run: ``uv run --no-sync python benchmarks/runner.py [--rollouts 3000] [--runners 2]``.
+Run: ``uv run --no-sync python benchmarks/runner.py [--rollouts 3000] [--agent http]``.
 """
 
 from __future__ import annotations
@@ -89,19 +92,19 @@ async def run_batch(store: agl.Store, count: int, base: int) -> float:
         await asyncio.sleep(0.05)
 
 
-async def check(store: agl.Store, total: int, calls: int) -> dict[str, int]:
+async def check(store: agl.Store, total: int, calls: int, kind: str) -> dict[str, int]:
     succeeded = (await store.query_rollouts(status=RolloutStatus.SUCCEEDED, limit=1)).total
     page = await store.query_rollouts(limit=50, offset=total - 50)  # timed, not warm-up ones
     llm = rewards = 0
     for rollout in page.rollouts:
         spans = await store.query_spans(rollout.rollout_id)
         kinds = [span.attributes.get(semconv.AGL_SPAN_TYPE) for span in spans]
-        llm += kinds.count("llm")
+        llm += kinds.count(kind)
         rewards += kinds.count("reward")
     if succeeded != total:
         raise RuntimeError(f"only {succeeded} of {total} rollouts succeeded")
     if llm != calls * len(page.rollouts) or rewards != len(page.rollouts):
-        raise RuntimeError(f"sampled rollouts have {llm} LLM spans and {rewards} rewards")
+        raise RuntimeError(f"sampled rollouts have {llm} {kind} spans and {rewards} rewards")
     return {"succeeded": succeeded, "sampled": len(page.rollouts)}
 
 
@@ -112,7 +115,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=256, help="in all, over the runners")
     parser.add_argument("--db", choices=["memory", "sqlite"], default="memory")
     parser.add_argument("--no-instrument", action="store_true", help="do not trace openai")
+    parser.add_argument(
+        "--agent",
+        choices=["openai", "http"],
+        default="openai",
+        help="openai: calls with the openai client, traced by the OpenAI instrumentation; "
+        "http: plain aiohttp calls, each recorded as an agl.operation span",
+    )
     args = parser.parse_args()
+    traced = args.agent == "http" or not args.no_instrument
 
     store_port, llm_port = free_port(), free_port()
     tmp = Path(tempfile.mkdtemp(prefix="agl-bench-"))
@@ -120,9 +131,10 @@ def main() -> None:
     env = {**os.environ, "AGL_BENCH_LLM": f"http://127.0.0.1:{llm_port}/v1"}
     store_url = f"http://127.0.0.1:{store_port}"
     runner = [sys.executable, "-m", "agl", "runner", "--store", store_url, "--path", str(HERE)]
-    runner += ["--agent", "_bench_agents:four_calls"]
+    agent = "four_calls" if args.agent == "openai" else "four_http_calls"
+    runner += ["--agent", f"_bench_agents:{agent}"]
     runner += ["--concurrency", str(args.concurrency // args.runners)]
-    if not args.no_instrument:
+    if args.agent == "openai" and not args.no_instrument:
         runner += ["--instrument", "openai"]
     servers = [
         [sys.executable, "-m", "agl", "store", "serve", "--db", db, "--port", str(store_port)],
@@ -137,15 +149,17 @@ def main() -> None:
                 async with agl.open_store(store_url) as store:
                     warm = await run_batch(store, args.concurrency, 0)
                     timed = await run_batch(store, args.rollouts, 10**6)
-                    calls = 0 if args.no_instrument else 4
-                    return warm, timed, await check(store, args.concurrency + args.rollouts, calls)
+                    calls = 4 if traced else 0
+                    kind = "llm" if args.agent == "openai" else "operation"
+                    total = args.concurrency + args.rollouts
+                    return warm, timed, await check(store, total, calls, kind)
 
             warm, seconds, checked = asyncio.run(measure())
     rate = args.rollouts / seconds
     print(
         f"runner benchmark: {args.runners} runner process(es) x "
         f"{args.concurrency // args.runners} concurrent, store {args.db} over HTTP, "
-        f"openai traced: {not args.no_instrument}"
+        f"agent: {args.agent} client, calls traced: {traced}"
     )
     print(f"  warm-up {args.concurrency} rollouts: {warm:.2f} s")
     print(
