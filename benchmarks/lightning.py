@@ -193,8 +193,13 @@ def main() -> None:
         total_calls,
         args.repeat,
     )
-    expected = total_calls // 2  # the groups without variance are dropped
-    if len(batch) != expected or batch.report.dropped_calls["zero_variance_group"] != expected:
+    # Groups of 4; the odd ones (with at least 2 samples) have reward variance, the rest drop.
+    kept = [
+        i for i in range(args.rollouts) if (i // 4) % 2 and min(4, args.rollouts - i // 4 * 4) > 1
+    ]
+    expected = len(kept) * args.calls
+    dropped = batch.report.dropped_calls.get("zero_variance_group", 0)
+    if len(batch) != expected or dropped != total_calls - expected:
         raise SystemExit(f"wrong batch: {batch!r}, expected {expected} samples")
     discounted = LightningRL(credit="discounted", trajectory=True)
     figures["trajectory"], merged = timed(
@@ -203,7 +208,7 @@ def main() -> None:
         total_calls,
         args.repeat,
     )
-    if len(merged) != args.rollouts // 2 or merged.report.notes["trajectory_breaks"]:
+    if len(merged) != len(kept) or merged.report.notes["trajectory_breaks"]:
         raise SystemExit(f"trajectory mode did not merge every rollout: {merged!r}")
     figures["to_arrays"], _ = timed(
         f"to_arrays ({len(batch):,} samples, padded numpy)",

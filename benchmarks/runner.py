@@ -94,7 +94,8 @@ async def run_batch(store: agl.Store, count: int, base: int) -> float:
 
 async def check(store: agl.Store, total: int, calls: int, kind: str) -> dict[str, int]:
     succeeded = (await store.query_rollouts(status=RolloutStatus.SUCCEEDED, limit=1)).total
-    page = await store.query_rollouts(limit=50, offset=total - 50)  # timed, not warm-up ones
+    sample = min(50, total)
+    page = await store.query_rollouts(limit=sample, offset=total - sample)  # the latest ones
     llm = rewards = 0
     for rollout in page.rollouts:
         spans = await store.query_spans(rollout.rollout_id)

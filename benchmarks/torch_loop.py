@@ -164,8 +164,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=8, help="quickstart steps (0: skip)")
+    parser.add_argument(
+        "--steps", type=int, default=8, help="quickstart steps, the first not counted (0: skip)"
+    )
     args = parser.parse_args()
+    if args.steps == 1 or args.steps < 0:
+        parser.error("--steps must be 0 (skip the run) or at least 2 (the first step warms up)")
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")

@@ -1,0 +1,53 @@
+"""Every benchmark script runs to the end on a small workload, with its own checks passing.
+
+The figures are not looked at (speed lives in the benchmarks, never in tests); what is checked
+is that each script still runs against the current code and that the correctness checks it
+makes on its results (all rollouts succeeded, spans stored, batch contents) still hold.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "expected"),
+    [
+        ("store.py", ["--quick"], "import agl (median"),
+        ("capture.py", ["--calls", "80", "--seconds", "1", "--connections", "8"], "gateway"),
+        (
+            "runner.py",
+            ["--rollouts", "64", "--concurrency", "16", "--agent", "http"],
+            "'succeeded': 80",
+        ),
+        ("runner.py", ["--rollouts", "32", "--concurrency", "16"], "'succeeded': 48"),
+        ("lightning.py", ["--rollouts", "100", "--repeat", "1"], "to_arrays (384 samples"),
+        (
+            "torch_loop.py",
+            ["--batch", "4", "--new-tokens", "4", "--repeat", "1", "--steps", "0"],
+            "rl_step, 4 x 44 tokens",
+        ),
+    ],
+    ids=["store", "capture", "runner-http", "runner-openai", "lightning", "torch_loop"],
+)
+def test_the_benchmark_runs_on_a_small_workload(
+    script: str, arguments: list[str], expected: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert expected in output, output[-4000:]
