@@ -40,9 +40,11 @@ async def pipeline(
     with agl.agent_span("checker"):
         verdict = await _ask(checker_llm, checker_prompt.format(text=f"a draft on {task['q']}"))
     checked = sum(word in verdict.lower() for word in task["need"]) / len(task["need"])
-    # mostly the checker's verdict; a little for the writer's draft (its words, up to 8), so
-    # the samples of a group differ and RL has something to learn from
-    return 0.9 * checked + 0.1 * min(len(draft.split()), 8) / 8
+    # mostly the checker's verdict; a little for the writer's draft (its length, up to 32
+    # characters), so the samples of a group differ and RL has something to learn from. (Its
+    # word count was too coarse: a random tiny model's 8 tokens often hold no space, and one CI
+    # run ended with no update, most likely because no group's rewards differed.)
+    return 0.9 * checked + 0.1 * min(len(draft), 32) / 32
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def test_rl_trains_the_writer_while_apo_optimizes_the_checker(
 
     result = asyncio.run(session())
     [row] = [r for r in read_metrics(result.run_dir) if "lightningrl-torch/actor/updates" in r]
-    assert row["lightningrl-torch/actor/updates"] == 1.0  # RL updated the writer's weights
+    assert row["lightningrl-torch/actor/updates"] == 1.0, row  # RL updated the writer's weights
     assert row["agents/writer/calls"] == 16.0  # 2 tasks x 8 samples (RL's default group)
     assert row["agents/writer/transitions"] > 0
     assert "agents/checker/transitions" not in row  # APO builds no transitions
