@@ -59,24 +59,9 @@ async def test_an_operation_alone_that_fails_halfway_writes_nothing(tmp_path: Pa
 
 async def test_a_failure_in_a_batch_rolls_back_only_its_own_writes(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "store.db") as store:
-        # Hold the writer busy so that the next three operations queue up as one batch.
-        started, release = threading.Event(), threading.Event()
-
-        def hold(_: Transaction) -> None:
-            started.set()
-            release.wait(10)
-
-        held = asyncio.ensure_future(store._run(hold))
-        await asyncio.to_thread(started.wait, 10)
-        queued = [
-            asyncio.ensure_future(store._run(enqueue("before"))),
-            asyncio.ensure_future(store._run(enqueue_then_fail)),
-            asyncio.ensure_future(store._run(enqueue("after"))),
-        ]
-        await asyncio.sleep(0.05)
-        release.set()
-        await held
-        before, failed, after = await asyncio.gather(*queued, return_exceptions=True)
+        before, failed, after = await queue_a_batch_behind(
+            store, lambda: None, enqueue("before"), enqueue_then_fail, enqueue("after")
+        )
         assert isinstance(failed, HalfwayError)
         assert isinstance(before, str)
         assert isinstance(after, str)

@@ -19,21 +19,15 @@ def test_both_algorithms_are_found_by_name() -> None:
     assert agl.plugins.algorithm_classes()["sft-verl"] is SFTVerl
 
 
-def test_sft_verl_builds_by_name_with_the_model_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, model_dir: Path
-) -> None:
-    monkeypatch.setenv("AGL_VERL_MODEL", str(model_dir))
-    algorithm = agl.plugins.create_algorithm("sft-verl")
-    assert isinstance(algorithm, SFTVerl)
-    assert algorithm.model == str(model_dir)
-
-
+@pytest.mark.parametrize(
+    ("name", "cls"), [("lightningrl-verl", LightningRLVerl), ("sft-verl", SFTVerl)]
+)
 def test_building_by_name_reads_the_model_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, model_dir: Path
+    monkeypatch: pytest.MonkeyPatch, model_dir: Path, name: str, cls: type
 ) -> None:
     monkeypatch.setenv("AGL_VERL_MODEL", str(model_dir))
-    algorithm = agl.plugins.create_algorithm("lightningrl-verl")
-    assert isinstance(algorithm, LightningRLVerl)
+    algorithm = agl.plugins.create_algorithm(name)
+    assert isinstance(algorithm, cls)
     assert algorithm.model == str(model_dir)
 
 
