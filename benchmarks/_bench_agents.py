@@ -1,14 +1,18 @@
 """The agents of ``benchmarks/runner.py``: four chat calls and a reward of 1, made with the real
-openai client (traced by agl's OpenAI instrumentation) or as plain HTTP calls."""
+openai client (traced by agl's OpenAI instrumentation) or as plain HTTP calls recorded as
+LLM-call spans."""
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import aiohttp
 import openai
 
 import agl
+from agl import semconv
 
 _client: openai.AsyncOpenAI | None = None
 
@@ -46,9 +50,12 @@ _session: aiohttp.ClientSession | None = None
 
 @agl.rollout
 async def four_http_calls(task: int) -> float:
-    """The same four calls as plain HTTP (aiohttp), each recorded as an ``agl.operation`` span.
+    """The same four calls as plain HTTP (aiohttp), each recorded as an LLM-call span.
 
-    A trivial agent: what it costs is agl's (runner, tracer, store), not an LLM client library's.
+    A trivial agent: what it costs is agl's (runner, tracer, store), not an LLM client
+    library's. Each call's span carries the OpenTelemetry GenAI attributes (operation, model,
+    response id, messages, token usage) that agl's own instrumentation records, so LightningRL
+    reads these calls like any traced client's.
     """
     global _session  # noqa: PLW0603 - one connection pool per runner process
     if _session is None:
@@ -56,12 +63,37 @@ async def four_http_calls(task: int) -> float:
     url = os.environ["AGL_BENCH_LLM"] + "/chat/completions"
     messages: list[dict[str, str]] = [{"role": "user", "content": f"task {task}"}]
     for _ in range(4):
-        with agl.operation("chat") as call:
-            call.set_input(messages)
+        with agl.operation("chat bench") as call:
             async with _session.post(url, json={"model": "bench", "messages": messages}) as reply:
                 reply.raise_for_status()
-                content = (await reply.json())["choices"][0]["message"]["content"] or ""
-            call.set_output(content)
+                body = await reply.json()
+            content = body["choices"][0]["message"]["content"] or ""
+            _record_llm_call(call.span, messages, body, content)
         messages.append({"role": "assistant", "content": content})
         messages.append({"role": "user", "content": "and then?"})
     return 1.0
+
+
+def _record_llm_call(
+    span: Any, messages: list[dict[str, str]], body: dict[str, Any], content: str
+) -> None:
+    def parts(text: str) -> list[dict[str, str]]:
+        return [{"type": "text", "content": text}]
+
+    if span is None:  # not inside a rollout: nothing records
+        return
+    sent = [{"role": m["role"], "parts": parts(m["content"])} for m in messages]
+    answer = [{"role": "assistant", "parts": parts(content), "finish_reason": "stop"}]
+    usage = body.get("usage") or {}
+    span.set_attributes(
+        {
+            semconv.GEN_AI_OPERATION_NAME: "chat",
+            semconv.GEN_AI_PROVIDER_NAME: "openai",
+            semconv.GEN_AI_REQUEST_MODEL: "bench",
+            semconv.GEN_AI_RESPONSE_ID: body["id"],
+            semconv.GEN_AI_INPUT_MESSAGES: json.dumps(sent),
+            semconv.GEN_AI_OUTPUT_MESSAGES: json.dumps(answer),
+            semconv.GEN_AI_USAGE_INPUT_TOKENS: usage.get("prompt_tokens", 0),
+            semconv.GEN_AI_USAGE_OUTPUT_TOKENS: usage.get("completion_tokens", 0),
+        }
+    )

@@ -9,13 +9,14 @@ Everything runs on this machine, each part in its own process:
 - this process, which enqueues the rollouts over HTTP and counts them finishing.
 
 Each agent makes 4 chat calls and returns a reward of 1: with the real ``openai`` client
-(``--agent openai``, the default), or as plain aiohttp calls each recorded as an
-``agl.operation`` span (``--agent http``: a trivial agent, so the figure is agl's runner, tracer
-and store, not the openai client's own ~1 ms of CPU per call). A
-warm-up batch runs first; then ``--rollouts`` are enqueued at once and timed until the last one
-finishes. The run is checked: every rollout succeeded and its spans (4 LLM calls, the reward)
-are in the store. Target: at least 300 rollouts/s on 2 cores. Reference: agentlightning's
-published store benchmark peaks at ~57 rollouts/s on a 32-core host.
+(``--agent openai``, the default), or as plain aiohttp calls each recorded as an LLM-call span
+with the GenAI attributes agl's instrumentation writes (``--agent http``: a trivial agent, so
+the figure is agl's runner, tracer and store, not the openai client's own ~1.5 ms of CPU per
+call). A warm-up batch runs first; then ``--rollouts`` are enqueued at once and timed until the
+last one finishes. The run is checked: every rollout succeeded, and in the latest 50 LightningRL
+reads 4 LLM calls (each with its response id) and the final reward. Target: at least 300
+rollouts/s on 2 cores. Reference: agentlightning's published store benchmark peaks at ~57
+rollouts/s on a 32-core host.
 
 Run: ``uv run --no-sync python benchmarks/runner.py [--rollouts 3000] [--agent http]``.
 """
@@ -36,7 +37,8 @@ from pathlib import Path
 import httpx
 
 import agl
-from agl import RolloutRequest, RolloutStatus, semconv
+from agl import RolloutRequest, RolloutStatus
+from agl.lightning.calls import extract_calls
 from agl.testing.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -92,20 +94,23 @@ async def run_batch(store: agl.Store, count: int, base: int) -> float:
         await asyncio.sleep(0.05)
 
 
-async def check(store: agl.Store, total: int, calls: int, kind: str) -> dict[str, int]:
+async def check(store: agl.Store, total: int, calls: int) -> dict[str, int]:
+    """Every rollout succeeded; the latest 50 each hold ``calls`` LLM calls (as LightningRL
+    reads them, each with its response id) and a final reward of 1."""
     succeeded = (await store.query_rollouts(status=RolloutStatus.SUCCEEDED, limit=1)).total
-    sample = min(50, total)
-    page = await store.query_rollouts(limit=sample, offset=total - sample)  # the latest ones
-    llm = rewards = 0
-    for rollout in page.rollouts:
-        spans = await store.query_spans(rollout.rollout_id)
-        kinds = [span.attributes.get(semconv.AGL_SPAN_TYPE) for span in spans]
-        llm += kinds.count(kind)
-        rewards += kinds.count("reward")
     if succeeded != total:
         raise RuntimeError(f"only {succeeded} of {total} rollouts succeeded")
-    if llm != calls * len(page.rollouts) or rewards != len(page.rollouts):
-        raise RuntimeError(f"sampled rollouts have {llm} {kind} spans and {rewards} rewards")
+    sample = min(50, total)
+    page = await store.query_rollouts(limit=sample, offset=total - sample)  # the latest ones
+    for rollout in page.rollouts:
+        read = extract_calls(await store.query_spans(rollout.rollout_id))
+        complete = [c for c in read.calls if c.response_id]
+        if len(complete) != calls or len(read.calls) != calls or read.final_reward != 1.0:
+            raise RuntimeError(
+                f"rollout {rollout.rollout_id}: {len(read.calls)} LLM calls "
+                f"({len(complete)} with a response id), final reward "
+                f"{read.final_reward}; expected {calls} and 1.0"
+            )
     return {"succeeded": succeeded, "sampled": len(page.rollouts)}
 
 
@@ -121,7 +126,7 @@ def main() -> None:
         choices=["openai", "http"],
         default="openai",
         help="openai: calls with the openai client, traced by the OpenAI instrumentation; "
-        "http: plain aiohttp calls, each recorded as an agl.operation span",
+        "http: plain aiohttp calls, each recorded as an LLM-call span",
     )
     args = parser.parse_args()
     traced = args.agent == "http" or not args.no_instrument
@@ -151,9 +156,8 @@ def main() -> None:
                     warm = await run_batch(store, args.concurrency, 0)
                     timed = await run_batch(store, args.rollouts, 10**6)
                     calls = 4 if traced else 0
-                    kind = "llm" if args.agent == "openai" else "operation"
                     total = args.concurrency + args.rollouts
-                    return warm, timed, await check(store, total, calls, kind)
+                    return warm, timed, await check(store, total, calls)
 
             warm, seconds, checked = asyncio.run(measure())
     rate = args.rollouts / seconds

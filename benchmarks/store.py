@@ -1,5 +1,9 @@
 """Store throughput benchmark: R rollouts x S spans through memory://, sqlite:/// and http://.
 
+Backends: ``memory``, ``sqlite`` (in process), ``http`` (``agl store serve`` over a durable
+SQLite file: what a multi-machine run uses) and ``http-memory`` (the same server over
+``memory://``, like agentlightning's HTTP store, whose figures are quoted beside it).
+
 Per backend it times, separately: enqueue (batches of 100), dequeue one at a time plus marking
 each attempt running, spans added in batches (one call per rollout, and 512-span calls: the
 most OpenTelemetry's BatchSpanProcessor exports at once), spans added one per call
@@ -60,7 +64,14 @@ GOALS: dict[tuple[str, str], tuple[float | None, str]] = {
     ("http", "single"): (2_000, "~620"),
     ("http", "concurrent"): (2_000, ""),
     ("http", "capacity"): (2_000, ""),
+    ("http-memory", "batched"): (20_000, ""),
+    ("http-memory", "dequeue"): (None, "~470"),
+    ("http-memory", "single"): (2_000, "~620"),
+    ("http-memory", "concurrent"): (2_000, ""),
+    ("http-memory", "capacity"): (2_000, ""),
 }
+# What ``agl store serve`` runs on for each HTTP backend.
+HTTP_BACKENDS = {"http": "sqlite:///{tmp}/http-{run}.db", "http-memory": "memory://"}
 
 
 class VerificationError(RuntimeError):
@@ -240,7 +251,7 @@ async def bench_concurrent(store: Store, backend: str, work: Workload) -> Figure
     per_rollout = work.make_spans("conc")[: max(1, work.single_limit * k // work.spans)]
     chains = (itertools.chain.from_iterable(per_rollout[i::k]) for i in range(k))
     owned = [spans for spans in map(list, chains) if spans]
-    if backend == "http":
+    if backend in HTTP_BACKENDS:
         seconds = await run_processes(store.url, owned)
         op = f"add_spans 1 span/call, {len(owned)} client processes"
     else:
@@ -340,7 +351,9 @@ end
 """
 
 
-async def bench_server_capacity(url: str, tmp: str, connections: int, seconds: int) -> Figure:
+async def bench_server_capacity(
+    backend: str, url: str, tmp: str, connections: int, seconds: int
+) -> Figure:
     """Load the server with single-span requests from wrk, a C load generator.
 
     Python clients on the same few cores measure the clients as much as the server; wrk costs
@@ -366,7 +379,7 @@ async def bench_server_capacity(url: str, tmp: str, connections: int, seconds: i
         if not answered <= stored <= answered + connections:
             raise VerificationError(f"wrk: {answered} requests answered, {stored} spans stored")
     op = f"server capacity: 1 span/call from wrk, {connections} connections"
-    return Figure("http", "capacity", op, stored, float(seconds), "requests/s")
+    return Figure(backend, "capacity", op, stored, float(seconds), "requests/s")
 
 
 def measure_import(runs: int) -> dict[str, Any]:
@@ -409,13 +422,16 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=500)
     parser.add_argument("--spans", type=int, default=10, help="spans per rollout")
-    parser.add_argument("--backends", default="memory,sqlite,http")
+    parser.add_argument("--backends", default="memory,sqlite,http,http-memory")
     parser.add_argument("--clients", type=int, default=4, help="concurrent single-span clients")
     parser.add_argument("--single-limit", type=int, default=2_000, help="spans per 1-span run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per backend; median shown")
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args()
+    known = ["memory", "sqlite", *HTTP_BACKENDS]
+    if unknown := sorted(set(args.backends.split(",")) - set(known)):
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; expected some of {','.join(known)}")
     if args.quick:
         args.rollouts, args.spans, args.single_limit, args.repeat = 40, 5, 100, 1
     return args
@@ -428,12 +444,14 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: str) -> list[Figure
         print(f"{backend}: run {run + 1} of {args.repeat}…", file=sys.stderr)
         work = Workload(args.rollouts, args.spans, args.clients, args.single_limit)
         urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/bench-{run}.db"}
-        server = http_server(f"sqlite:///{tmp}/http-{run}.db") if backend == "http" else None
+        served = HTTP_BACKENDS.get(backend)
+        server = http_server(served.format(tmp=tmp, run=run)) if served else None
         with server or contextlib.nullcontext(urls[backend]) as url:
             figures = asyncio.run(bench_backend(backend, url, work))
-            if backend == "http" and shutil.which("wrk"):
+            if served and shutil.which("wrk"):
                 seconds = 2 if args.quick else 5
-                figures.append(asyncio.run(bench_server_capacity(url, tmp, 16, seconds)))
+                capacity = bench_server_capacity(backend, url, tmp, 16, seconds)
+                figures.append(asyncio.run(capacity))
             runs.append(figures)
     return [sorted(same, key=lambda f: f.rate)[len(same) // 2] for same in zip(*runs, strict=True)]
 
