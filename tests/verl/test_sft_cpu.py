@@ -8,6 +8,7 @@ and their Hugging Face copy, which the tests load with transformers to see what 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,14 @@ def test_sft_verl_distils_the_best_rollouts_after_the_conversations(
     config = OmegaConf.load(rollouts_round.output_dir / "sft_config.yaml")
     assert config.model.path == str(messages_round.hf_model)
     assert algorithm.trained_model == rollouts_round.hf_model
+    # where the run stands is saved for a resume: the last step, its model, nothing pending
+    state = json.loads((root / "state.json").read_text())
+    assert state == {
+        "step": 1,
+        "messages_trained": True,
+        "trained_model": str(rollouts_round.hf_model),
+        "pending": 0,
+    }
 
     # it trained on exactly the kept rollouts' token ids: the prompt read, the reply learned
     table = pq.read_table(root / "step-1" / "data.parquet").to_pylist()

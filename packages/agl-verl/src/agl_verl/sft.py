@@ -27,12 +27,15 @@ verl (FSDP, its SFT loss, checkpoints) does the training, in its own processes
 
 Each training round writes its data, verl's config, log, metrics and checkpoints under
 ``<run_dir>/sft-verl/<round>/``; the next round continues from the last one's Hugging Face
-model.
+model. After every step the algorithm saves where it stands (:mod:`agl_verl.sft_state`), so
+``SFTVerl(..., resume=True)`` continues a stopped run without training a round twice or losing
+the samples kept since the last one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -52,6 +55,7 @@ from agl_verl.sft_data import (
     write_conversation_rows,
     write_token_rows,
 )
+from agl_verl.sft_state import SFTState
 from agl_verl.sft_trainer import (
     DataKind,
     Launcher,
@@ -63,6 +67,8 @@ from agl_verl.sft_trainer import (
 )
 
 __all__ = ["SFTVerl", "train_sft"]
+
+logger = logging.getLogger(__name__)
 
 StepCallback = Callable[[int, int | None, dict[str, Any]], None]
 
@@ -245,6 +251,10 @@ class SFTVerl(StepAlgorithm):
             :func:`~agl_verl.sft_trainer.run_verl_sft`).
         resource / temperature / max_tokens: The LLM resource agents receive, and its
             sampling parameters.
+        resume: Continue a run that stopped, from the state saved after its last step in
+            ``<run_dir>/sft-verl/`` (:mod:`agl_verl.sft_state`): the rounds already trained
+            are not trained again, the next round starts from the last one's model, and the
+            samples kept since then are kept. False (the default) starts afresh.
 
     Attributes:
         trained_model: The Hugging Face folder of the last round (None before one).
@@ -281,6 +291,7 @@ class SFTVerl(StepAlgorithm):
         resource: str = "llm",
         temperature: float = 1.0,
         max_tokens: int | None = None,
+        resume: bool = False,
     ) -> None:
         if train_every is not None and train_every < 1:
             raise InvalidInputError(f"train_every must be at least 1, got {train_every}")
@@ -319,8 +330,11 @@ class SFTVerl(StepAlgorithm):
         self.trained_model: Path | None = None
         self.rounds: list[SFTRun] = []
         self.pending: list[Transition] = []
+        self.messages_trained = False
         self.last_step = 0
         self.root: Path | None = None
+        self.resume = resume
+        self.resumed_step = 0
 
     async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]:
         if self.model is None:
@@ -338,9 +352,22 @@ class SFTVerl(StepAlgorithm):
             )
         self.root = ctx.run_dir / self.name
         self.last_step = self.total_steps(len(ctx.train_tasks))[0]
-        if self.messages is not None:
+        saved = await asyncio.to_thread(SFTState.load, self.root) if self.resume else None
+        if saved is not None:
+            self.resumed_step, self.messages_trained = saved.step, saved.messages_trained
+            self.trained_model, self.pending = saved.trained_model, saved.pending
+            logger.info(
+                "%s resumes after step %d (model %s, %d pending transitions)",
+                self.name,
+                saved.step,
+                saved.trained_model or self.model,
+                len(saved.pending),
+            )
+        if self.messages is not None and not self.messages_trained:
             run = await self._train(ctx, "messages", messages=_conversations(self.messages))
             ctx.log(0, _round_metrics("sft/messages/", run))
+            self.messages_trained = True
+            await self._save(0)
         if not self.upstreams:
             return {}
         name = self.model_name or await served_model(self.upstreams[0])
@@ -358,10 +385,19 @@ class SFTVerl(StepAlgorithm):
         # (too little for the batch is then an error naming both numbers).
         enough = len(self.pending) >= (self.sft_options["batch_size"] or 1)
         if due and self.pending and (enough or last):
-            pending, self.pending = self.pending, []
-            run = await self._train(ctx, f"step-{batch.step}", transitions=pending)
+            run = await self._train(ctx, f"step-{batch.step}", transitions=self.pending)
+            self.pending = []
             batch.metrics.update(_round_metrics("sft/", run))
+        await self._save(batch.step)
         return {}
+
+    def resume_step(self) -> int:
+        return self.resumed_step
+
+    async def _save(self, step: int) -> None:
+        assert self.root is not None
+        state = SFTState(step, self.messages_trained, self.trained_model, list(self.pending))
+        await asyncio.to_thread(state.save, self.root)
 
     async def _train(self, ctx: AlgorithmContext, label: str, **data: Any) -> SFTRun:
         assert self.root is not None
