@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,12 +16,10 @@ import pytest
 import agl
 import agl_verl.sft
 from agl.algorithm import StepBatch
-from agl.errors import InvalidInputError
 from agl.lightning import Transition
 from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 from agl_verl.sft import SFTVerl
-from agl_verl.sft_state import SFTState
 from agl_verl.sft_trainer import SFTRun
 
 
@@ -194,25 +191,6 @@ def test_a_failed_round_keeps_its_samples_for_the_next_try(
     assert algorithm.pending == [transition(1, 0), transition(1, 1)]
     # the state on disk is still the one before the failed step
     assert not (tmp_path / "sft-verl/state.json").exists()
-
-
-def test_resuming_from_a_state_whose_model_is_gone_says_so(tmp_path: Path) -> None:
-    folder = tmp_path / "sft-verl"
-    SFTState(3, True, tmp_path / "deleted", []).save(folder)
-    with pytest.raises(InvalidInputError, match=r"the last round's model .*deleted.* is gone"):
-        started(tmp_path, 4, resume=True)
-
-
-def test_resuming_from_an_unreadable_state_says_so(tmp_path: Path) -> None:
-    folder = tmp_path / "sft-verl"
-    SFTState(1, False, None, [transition(1, 0)]).save(folder)
-    (folder / "pending.jsonl").write_text('{"agent": null}\n')
-    with pytest.raises(InvalidInputError, match="its state is unreadable"):
-        started(tmp_path, 4, resume=True)
-    SFTState(1, False, None, [transition(1, 0), transition(1, 1)]).save(folder)
-    (folder / "pending.jsonl").write_text(json.dumps(asdict(transition(1, 0))) + "\n")
-    with pytest.raises(InvalidInputError, match=r"counts 2 pending transitions, .* holds 1"):
-        started(tmp_path, 4, resume=True)
 
 
 @agl.rollout
