@@ -214,3 +214,65 @@ def test_a_step_with_nothing_to_learn_skips_the_update(
     assert engine.batches == []
     rows = [r for r in agl.metrics.read_metrics(tmp_path / "run") if "reward/mean" in r]
     assert [r["verl/skipped_update"] for r in rows] == [1.0, 1.0]
+
+
+@agl.rollout
+async def writer_and_checker(
+    task: dict[str, Any], llm: agl.LLM, checker_llm: agl.LLM, rollout: agl.Rollout
+) -> float:
+    """The writer calls the model verl trains; the checker calls a frozen one."""
+    sample = int(rollout.metadata["sample"])  # type: ignore[arg-type]
+    with agl.agent_span("writer"):
+        async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0) as c:
+            messages: Any = [{"role": "user", "content": task["questions"][sample]}]
+            draft = await c.chat.completions.create(model=llm.model, messages=messages)
+    with agl.agent_span("checker"):
+        async with openai.AsyncOpenAI(
+            base_url=checker_llm.endpoint, api_key="-", max_retries=0
+        ) as c:
+            messages = [{"role": "user", "content": "check: say yes"}]
+            await c.chat.completions.create(model=checker_llm.model, messages=messages)
+    return 1.0 if draft.choices[0].message.content == "yes" else 0.0
+
+
+def test_verl_trains_one_agent_of_several_on_that_agents_calls_only(
+    tmp_path: Path, model_dir: Path, engine_class: type[RecordingEngine]
+) -> None:
+    algorithm = LightningRLVerl(
+        str(model_dir),
+        engine=RecordingEngine,
+        n_samples=2,
+        batch_size=2,
+        max_steps=1,
+        config={"data.max_prompt_length": 256, "data.max_response_length": 64},
+    )
+    # the upstream says "yes" to "say yes" and "no" otherwise: a task's two samples share a
+    # reward, so GRPO's groups would be dropped; a sample-dependent question keeps them
+    tasks = [{"questions": ["say yes", "say no"]}, {"questions": ["say no", "say yes"]}]
+    with OpenAIServer(lambda request: "fine") as frozen:
+        trainer = agl.Trainer(
+            {"writer": algorithm, "checker": None},
+            store=f"sqlite:///{tmp_path / 'store.db'}",
+            run_dir=tmp_path / "run",
+            resources={"checker_llm": agl.LLM(endpoint=frozen.url, model="frozen")},
+            instrument=["openai"],
+            console=False,
+            plot=False,
+        )
+        result = trainer.fit(writer_and_checker, tasks)
+    assert result.totals["succeeded"] == 4
+
+    (engine,) = engine_class.instances
+    [(step, data)] = engine.batches
+    assert step == 1
+    # the writer's four calls (2 tasks x 2 samples), none of the checker's
+    assert list(data.non_tensor_batch["agl_agent"]) == ["writer"] * 4
+    for row in range(len(data)):
+        reward = float(data.batch["token_level_scores"][row].sum())
+        prompt = encode(
+            render_chat([{"role": "user", "content": "say yes" if reward else "say no"}])
+        )
+        assert data.batch["prompts"][row][-len(prompt) :].tolist() == prompt
+    metrics = next(r for r in agl.metrics.read_metrics(tmp_path / "run") if r.get("step") == 1)
+    assert metrics["agents/writer/calls"] == 4
+    assert metrics["agents/checker/calls"] == 4
