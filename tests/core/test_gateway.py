@@ -275,6 +275,31 @@ async def test_the_rollouts_llm_resource_is_enforced(
     assert span.attributes[semconv.AGL_RESOURCES_ID] == update.resources_id
 
 
+async def test_with_several_llm_resources_the_one_served_here_is_enforced(
+    store: MemoryStore, upstream: OpenAIServer
+) -> None:
+    """A run may publish a frozen LLM called directly, or two models behind two gateways: each
+    gateway enforces the LLM whose endpoint points at it, and none when none does."""
+    with GatewayServer([upstream.url], store, enforce_resources=True) as enforcing:
+        frozen = LLM(endpoint="http://127.0.0.1:9/v1", model="frozen", sampling_parameters={})
+        here = LLM(
+            endpoint=enforcing.endpoint_template,
+            model="policy-v2",
+            sampling_parameters={"temperature": 0.5},
+        )
+        cases = [({"checker_llm": frozen, "llm": here}, ("policy-v2", 0.5))]
+        cases += [({"a": frozen, "b": frozen.model_copy(update={"model": "other"})}, ("m", 1.0))]
+        for resources, expected in cases:
+            update = await store.add_resources(resources)
+            [(rollout_id, attempt_id)] = await claim(store, resources_id=update.resources_id)
+            upstream.clear_requests()
+            client(enforcing, rollout_id, attempt_id).chat.completions.create(
+                model="m", messages=MESSAGES, temperature=1.0
+            )
+            [sent] = upstream.requests
+            assert (sent.body["model"], sent.body["temperature"]) == expected
+
+
 async def test_fifty_concurrent_rollouts_do_not_mix(
     gateway: GatewayServer, store: MemoryStore
 ) -> None:

@@ -164,6 +164,54 @@ def test_each_algorithm_gets_its_agents_calls_and_updates_its_resources(tmp_path
     assert result.last("writer-rl/transitions/kept") == 8.0
 
 
+class _OwnModel(WriterRL):
+    """A writer-rl that serves its own upstream under its own resource name."""
+
+    def __init__(self, upstream: str, resource: str) -> None:
+        super().__init__(upstream)
+        self.resource = resource
+        self.run_dirs: list[Path] = []
+
+    async def setup(self, ctx: agl.AlgorithmContext) -> dict[str, Resource]:
+        self.run_dirs.append(ctx.run_dir)
+        self.llm = await ctx.serve_llm([self.upstream], f"model-{self.resource}")
+        return {self.resource: self.llm}
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Resource]:
+        self.run_dirs.append(ctx.run_dir)
+        self.batches.append(batch)
+        batch.metrics["seen"] = float(len(batch.calls))
+        return {}
+
+
+def test_two_algorithms_of_one_kind_are_kept_apart(tmp_path: Path) -> None:
+    """Two models, one per agent, each trained by its own instance of one algorithm: each
+    serves its model behind its own gateway, writes under its own folder and logs its own
+    metrics, labelled by its agents."""
+    with OpenAIServer(echo) as first, OpenAIServer(echo) as second:
+        writer, checker = _OwnModel(first.url, "writer_llm"), _OwnModel(second.url, "checker_llm")
+        trainer = agl.Trainer(
+            {"writer": writer, "checker": checker, "*": None},
+            run_dir=tmp_path / "run",
+            resources={"checker_prompt": PromptTemplate(template="check: {text}")},
+            console=False,
+            plot=False,
+            instrument=["openai"],
+        )
+        result = trainer.fit(pipeline, ["a", "b"])
+        served = {
+            server.url: {r.body["model"] for r in server.requests} for server in (first, second)
+        }
+
+    assert set(writer.run_dirs) == {tmp_path / "run" / "writer-rl-writer"}
+    assert set(checker.run_dirs) == {tmp_path / "run" / "writer-rl-checker"}
+    assert result.last("writer-rl-writer/seen") == 8.0  # 2 calls x 4 rollouts
+    assert result.last("writer-rl-checker/seen") == 4.0
+    assert {call.agent for call in writer.batches[0].calls} == {"writer"}
+    # each model got its own agent's calls (and the frozen narrator's went to the checker's)
+    assert served == {first.url: {"model-writer_llm"}, second.url: {"model-checker_llm"}}
+
+
 class _Greedy(CheckerPrompts):
     name = "greedy"
 

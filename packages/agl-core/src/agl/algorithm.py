@@ -120,6 +120,16 @@ class AlgorithmContext:
             "timed_out": 0,
         }
 
+    def with_run_dir(self, run_dir: Path) -> AlgorithmContext:
+        """This context with its files going to ``run_dir`` (created) instead.
+
+        What each of two algorithms of one kind in a per-agent run gets, so their checkpoints
+        and models stay apart. Everything else (store, resources, metrics, progress, the
+        gateway) is this context's own: what the view changes, this context sees.
+        """
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return _RunDirView(self, run_dir)
+
     async def publish(self, resources: Mapping[str, Resource]) -> ResourcesUpdate:
         """Publish a new version of the resources; later rollouts use it by default."""
         update = await self.store.add_resources(resources)
@@ -243,6 +253,24 @@ class AlgorithmContext:
             raise InvalidInputError(f"batch size must be at least 1, got {size}", field="size")
         for start in range(0, len(items), size):
             yield list(items[start : start + size])
+
+
+class _RunDirView(AlgorithmContext):
+    """An :class:`AlgorithmContext` whose attributes, but ``run_dir``, are another's."""
+
+    def __init__(self, base: AlgorithmContext, run_dir: Path) -> None:
+        # No super().__init__(): every attribute but run_dir is read from and written to base.
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "run_dir", run_dir)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_base"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "run_dir":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(object.__getattribute__(self, "_base"), name, value)
 
 
 @dataclass

@@ -16,12 +16,19 @@ for calls outside any agent span) and the transitions built from them as
 ``agents/<name>/transitions`` (:func:`agl.lightning.agent_steps_table` shows both), beside
 each algorithm's own ``calls``, ``transitions/...`` and metrics (prefixed with the algorithm's
 name when there are several).
+
+Two algorithms of one kind (two models, each trained by its own ``lightningrl-torch`` for its
+own agent) are told apart by their agents: ``lightningrl-torch-writer`` and
+``lightningrl-torch-checker`` prefix their metrics, and each writes its files (checkpoints, final
+model) under ``<run_dir>/<that label>/`` (:meth:`~agl.AlgorithmContext.with_run_dir`). Each
+serves its model behind its own gateway; give each its own resource name.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -50,6 +57,8 @@ class _Member:
     algorithm: StepAlgorithm
     keys: list[str]
     owns: set[str] = field(default_factory=set)
+    label: str = ""  # the algorithm's name, with its agents when another shares the name
+    ctx: AlgorithmContext | None = None  # its view of the run (its own run_dir if labelled)
 
 
 class PerAgent(Algorithm):
@@ -120,6 +129,12 @@ class PerAgent(Algorithm):
         self.members = list(members.values())
         if not self.members:
             raise InvalidInputError("every agent is frozen (None): nothing to train")
+        names = Counter(m.algorithm.name for m in self.members)
+        for member in self.members:
+            member.label = member.algorithm.name
+            if names[member.algorithm.name] > 1:  # two models of one kind: keep them apart
+                agents = re.sub(r"[^A-Za-z0-9_.-]+", "_", "+".join(member.keys))
+                member.label = f"{member.algorithm.name}-{agents}"
         self.n_epochs = self._agree("n_epochs", n_epochs)
         self.batch_size = self._agree("batch_size", batch_size)
         self.n_samples = self._agree("n_samples", n_samples)
@@ -130,11 +145,7 @@ class PerAgent(Algorithm):
             if step_timeout is not None
             else min((t for t in timeouts if t is not None), default=None)
         )
-        self.label = (
-            self.members[0].algorithm.name
-            if len(self.members) == 1
-            else "+".join(m.algorithm.name for m in self.members)
-        )
+        self.label = "+".join(m.label for m in self.members)
         self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
         self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
         self._owner_cache: dict[str | None, StepAlgorithm | None] = {}
@@ -146,7 +157,7 @@ class PerAgent(Algorithm):
         leading = [m for m in self.members if not m.algorithm.follows_loop] or self.members
         values = {repr(getattr(m.algorithm, setting)) for m in leading}
         if len(values) > 1:
-            found = {m.algorithm.name: getattr(m.algorithm, setting) for m in leading}
+            found = {m.label: getattr(m.algorithm, setting) for m in leading}
             raise InvalidInputError(
                 f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "
                 f"agl.PerAgent({{...}}, {setting}=...)",
@@ -176,9 +187,9 @@ class PerAgent(Algorithm):
         finally:
             for member in reversed(self._started):
                 try:
-                    await member.algorithm.close(ctx)
+                    await member.algorithm.close(member.ctx or ctx)
                 except Exception:
-                    logger.exception("closing algorithm %r failed", member.algorithm.name)
+                    logger.exception("closing algorithm %r failed", member.label)
 
     async def _loop(self, ctx: AlgorithmContext) -> None:
         resumed = self._resumed_step()
@@ -199,7 +210,7 @@ class PerAgent(Algorithm):
             await self._validate(ctx, step)
 
     def _resumed_step(self) -> int:
-        steps = {m.algorithm.name: m.algorithm.resume_step() for m in self.members}
+        steps = {m.label: m.algorithm.resume_step() for m in self.members}
         if len(set(steps.values())) > 1:
             raise InvalidInputError(
                 f"the algorithms resume from different steps ({steps}): give them checkpoints "
@@ -213,16 +224,18 @@ class PerAgent(Algorithm):
         published: dict[str, Resource] = {}
         self._started = []
         for member in self.members:
+            labelled = member.label != member.algorithm.name
+            member.ctx = ctx.with_run_dir(ctx.run_dir / member.label) if labelled else ctx
             self._started.append(member)
-            resources = dict(await member.algorithm.setup(ctx))
+            resources = dict(await member.algorithm.setup(member.ctx))
             for name in resources:
                 if name in owned:
                     raise InvalidInputError(
                         f"resource {name!r} is claimed by both {owned[name]!r} and "
-                        f"{member.algorithm.name!r}: each resource has one owner",
+                        f"{member.label!r}: each resource has one owner",
                         field="resources",
                     )
-                owned[name] = member.algorithm.name
+                owned[name] = member.label
             member.owns = set(resources)
             published.update(resources)
         if published:
@@ -268,17 +281,17 @@ class PerAgent(Algorithm):
                     results, step=step, calls=extracted, select=mine
                 )
             batch = StepBatch(step, epoch, results, calls, transitions)
-            new = dict(await algorithm.step(ctx, batch) or {})
+            new = dict(await algorithm.step(member.ctx or ctx, batch) or {})
             stray = sorted(set(new) - member.owns)
             if stray:
                 raise InvalidInputError(
-                    f"algorithm {algorithm.name!r} returned resources {stray} it does not own "
+                    f"algorithm {member.label!r} returned resources {stray} it does not own "
                     f"(it owns {sorted(member.owns)}; an algorithm owns what its setup() "
                     "returned)",
                     field="resources",
                 )
             updates.update(new)
-            prefix = f"{algorithm.name}/" if prefix_names else ""
+            prefix = f"{member.label}/" if prefix_names else ""
             metrics[f"{prefix}calls"] = float(len(calls))
             if transitions is not None:
                 metrics.update(transitions.report.as_metrics(f"{prefix}transitions/"))

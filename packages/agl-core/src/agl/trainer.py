@@ -498,35 +498,36 @@ def _runner_process(
 
 
 class _GatewayStarter:
-    """Starts the gateway on first use (one per run) and stops it at the end."""
+    """Starts a gateway on first use for each set of upstreams and stops them all at the end.
+
+    One model served means one gateway; a per-agent run training two models (each algorithm
+    serving its own) gets one gateway in front of each.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.server: Any = None
-        self._upstreams: list[str] | None = None
+        self.servers: dict[tuple[str, ...], Any] = {}
 
     async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
         from agl.gateway.serve import GatewayServer
 
-        if self.server is not None:
-            if upstreams != self._upstreams:
-                raise InvalidInputError(
-                    f"the run's gateway already serves {self._upstreams}, not {upstreams}"
-                )
-            return str(self.server.endpoint_template)
-        self.server = GatewayServer(upstreams, self.store, enforce_resources=enforce_resources)
-        await asyncio.to_thread(self.server.start)
-        self._upstreams = upstreams
-        return str(self.server.endpoint_template)
+        key = tuple(upstreams)
+        server = self.servers.get(key)
+        if server is None:
+            server = GatewayServer(upstreams, self.store, enforce_resources=enforce_resources)
+            await asyncio.to_thread(server.start)
+            self.servers[key] = server
+        return str(server.endpoint_template)
 
     async def flush(self) -> None:
-        """Wait until the calls the gateway recorded so far are in the store."""
-        if self.server is not None and self.server.gateway is not None:
-            await self.server.gateway.sender.flush_async()
+        """Wait until the calls the gateways recorded so far are in the store."""
+        for server in self.servers.values():
+            if server.gateway is not None:
+                await server.gateway.sender.flush_async()
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        for server in self.servers.values():
+            server.stop()
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -83,7 +84,9 @@ class Gateway:
         # concurrent connections on 2 cores, where aiohttp's keeps ~2,000.
         self._session: aiohttp.ClientSession | None = None
         self._known: dict[tuple[str, str], str | None] = {}  # (rollout, attempt) -> resources id
-        self._llm_by_resources: dict[str, LLM | None] = {}
+        # (resources id, Host the agent called, model it asked for) -> the LLM resource served
+        # through this gateway
+        self._llm_by_resources: dict[tuple[str, str, str], LLM | None] = {}
         self.app = self._create_app()
 
     def _upstream(self) -> aiohttp.ClientSession:
@@ -166,7 +169,7 @@ class Gateway:
         except AglError as exc:
             return _error(503, f"the gateway cannot reach its store: {exc.message}", "store_error")
         if self.enforce_resources:
-            body = await self._enforce(body, resources_id)
+            body = await self._enforce(body, resources_id, request.headers.get("host", ""))
         upstream = self.upstream_for(rollout_id)
         record = CallRecord(rollout_id, attempt_id, kind, upstream, body, resources_id=resources_id)
         forwarded = _ask_for_tokens(body, kind)
@@ -298,17 +301,42 @@ class Gateway:
         self._known[key] = resources_id
         return resources_id
 
-    async def _enforce(self, body: dict[str, Any], resources_id: str | None) -> dict[str, Any]:
+    async def _enforce(
+        self, body: dict[str, Any], resources_id: str | None, host: str
+    ) -> dict[str, Any]:
         if resources_id is None:
             return body
-        if resources_id not in self._llm_by_resources:
+        asked = body.get("model")
+        key = (resources_id, host, asked if isinstance(asked, str) else "")
+        if key not in self._llm_by_resources:
             update = await self.store.get_resources(resources_id)
             llms = [r for r in (update.resources.values() if update else []) if isinstance(r, LLM)]
-            self._llm_by_resources[resources_id] = llms[0] if llms else None
-        llm = self._llm_by_resources[resources_id]
+            self._llm_by_resources[key] = _served_here(llms, host, key[2])
+        llm = self._llm_by_resources[key]
         if llm is None:
             return body
         return {**body, **llm.sampling_parameters, "model": llm.model}
+
+
+def _served_here(llms: list[LLM], host: str, asked: str) -> LLM | None:
+    """The LLM resource an agent called this gateway through: the one whose endpoint names the
+    host and port the call came to (agents call ``llm.endpoint``, so the two agree), and of
+    several such, the one whose model the call asked for. A run may publish several LLMs (a
+    frozen one called directly, or two models behind two gateways); when none names this host,
+    the only LLM there is, else none (nothing is overridden)."""
+    here = [llm for llm in llms if urlsplit(llm.endpoint).netloc == host]
+    if here:
+        return next((llm for llm in here if llm.model == asked), here[0])
+    if len(llms) == 1:
+        return llms[0]
+    if llms:
+        logger.warning(
+            "enforce_resources: none of the run's LLM resources (%s) points at this gateway "
+            "(called as %s); the call's model and sampling parameters are left as sent",
+            ", ".join(llm.endpoint for llm in llms),
+            host,
+        )
+    return None
 
 
 def _ask_for_tokens(body: dict[str, Any], kind: str) -> dict[str, Any]:
