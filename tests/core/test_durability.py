@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import agl
 from agl import Span
 from agl.store.sqlite import SQLiteStore
 from agl.testing.ports import free_port
+from agl.testing.processes import child_env
 
 BATCH_SIZE = 20
 MIN_ACKED_BATCHES = 5
@@ -50,12 +50,6 @@ def make_batch(rollout_id: str, attempt_id: str, index: int) -> list[Span]:
         )
         for position in range(BATCH_SIZE)
     ]
-
-
-def child_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "AGL_STORE_TOKEN"}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def end_process(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:

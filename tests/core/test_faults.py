@@ -14,21 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import inspect
-import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 import agl
@@ -38,6 +32,7 @@ from agl.runner import Runner
 from agl.store.serve import StoreServer
 from agl.testing.openai_server import OpenAIServer, error_reply
 from agl.testing.ports import free_port
+from agl.testing.processes import OUTCOMES, Processes, runner_summary, write_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -50,169 +45,14 @@ def anyio_backend() -> str:
 # --- child processes --------------------------------------------------------------------------
 
 
-@dataclass
-class Child:
-    """A subprocess this test started, writing stdout and stderr to ``log_path``."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def exit_code(self, timeout: float) -> int:
-        """Wait for the process to exit on its own; fail (and kill it) if it does not."""
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
-            pytest.fail(f"{self.name} did not exit within {timeout} s:\n{self.log()}")
-
-
-class Children:
-    """Starts ``python -m agl ...`` children in one directory; kills what still runs at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started: list[Child] = []
-
-    def start(self, name: str, *args: str) -> Child:
-        log_path = self.directory / f"{name}.log"
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "agl", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                env=child_env(),
-            )
-        child = Child(name, process, log_path)
-        self.started.append(child)
-        return child
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {child.name} ---\n{child.log()}" for child in self.started)
-
-    def kill_all(self) -> None:
-        for child in self.started:
-            if child.process.poll() is None:
-                child.process.kill()
-            child.process.wait(timeout=30)
-
-
 @pytest.fixture
-def children(tmp_path: Path) -> Iterator[Children]:
-    started = Children(tmp_path)
-    try:
+def children(tmp_path: Path) -> Iterator[Processes]:
+    with Processes(tmp_path) as started:
         yield started
-    finally:
-        started.kill_all()
-
-
-def child_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "AGL_STORE_TOKEN"}
-    env["PYTHONUNBUFFERED"] = "1"
-    env["COLUMNS"] = "1000"  # rich would wrap the runner's summary line at 80 columns
-    return env
-
-
-def write_agent(directory: Path, module: str, source: str) -> str:
-    """Write an agent module into ``directory``; return its ``module:agent`` spec."""
-    (directory / f"{module}.py").write_text(textwrap.dedent(source))
-    return f"{module}:agent"
-
-
-def start_runner(children: Children, name: str, store_url: str, agent: str, *options: str) -> Child:
-    return children.start(
-        name,
-        "runner",
-        "--store",
-        store_url,
-        "--agent",
-        agent,
-        "--path",
-        str(children.directory),
-        "--worker-id",
-        name,
-        *options,
-    )
-
-
-async def start_server(children: Children, name: str, db: Path, port: int) -> Child:
-    """Start ``agl store serve`` on a SQLite file; return once it answers /health."""
-    server = children.start(
-        name,
-        "store",
-        "serve",
-        "--db",
-        f"sqlite:///{db}",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    )
-
-    async def healthy() -> bool:
-        async with httpx.AsyncClient() as client:
-            try:
-                response = await client.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            except httpx.TransportError:
-                return False
-            return response.status_code == 200
-
-    await until(healthy, f"{name} to serve on port {port}", 60, children, server)
-    return server
-
-
-async def until(
-    check: Callable[[], bool | Awaitable[bool]],
-    what: str,
-    timeout: float,
-    children: Children,
-    *watched: Child,
-) -> None:
-    """Poll ``check`` until it holds; fail early if a watched child exits, or at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        for child in watched:
-            if not child.alive():
-                pytest.fail(
-                    f"{child.name} exited with {child.process.returncode} while waiting for "
-                    f"{what}:\n{children.logs()}"
-                )
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {timeout} s for {what}:\n{children.logs()}")
-        await asyncio.sleep(0.02)
-
-
-_SUMMARY = re.compile(
-    r"done:\s+(\d+)\s+claimed,\s+(\d+)\s+succeeded,\s+(\d+)\s+failed,\s+(\d+)\s+timed\s+out,"
-    r"\s+(\d+)\s+released,\s+(\d+)\s+ended\s+by\s+the\s+store"
-)
-_OUTCOMES = ("claimed", "succeeded", "failed", "timed_out", "released", "abandoned")
-
-
-def runner_summary(child: Child) -> dict[str, int]:
-    """The counts an ``agl runner`` prints when it stops (its :class:`~agl.runner.RunnerStats`)."""
-    log = child.log()
-    found = _SUMMARY.findall(log)
-    assert len(found) == 1, f"{child.name} printed no single summary:\n{log}"
-    assert "Traceback" not in log, log
-    return dict(zip(_OUTCOMES, map(int, found[0]), strict=True))
 
 
 def summary(**counts: int) -> dict[str, int]:
-    return {name: counts.get(name, 0) for name in _OUTCOMES}
+    return {name: counts.get(name, 0) for name in OUTCOMES}
 
 
 async def result_of(store: agl.Store, rollout_id: str) -> RolloutResult:
@@ -249,7 +89,7 @@ KILLED_AGENT = """
 
 
 async def test_runner_killed_mid_rollout_is_retried_once_and_its_late_spans_change_nothing(
-    tmp_path: Path, children: Children
+    tmp_path: Path, children: Processes
 ) -> None:
     agent = write_agent(tmp_path, "killed_agent", KILLED_AGENT)
     config = RolloutConfig(
@@ -265,9 +105,9 @@ async def test_runner_killed_mid_rollout_is_retried_once_and_its_late_spans_chan
             hung = ids[0]
 
             # Runner A claims the first rollout (FIFO, one at a time) and hangs in it.
-            runner_a = start_runner(children, "runner-a", server.url, agent, "--concurrency", "1")
-            await until(
-                (tmp_path / "hanging").exists, "the first attempt to hang", 30, children, runner_a
+            runner_a = children.runner("runner-a", server.url, agent, "--concurrency", "1")
+            await children.until(
+                (tmp_path / "hanging").exists, "the first attempt to hang", 30, runner_a
             )
             [first] = await store.query_attempts(hung)
             assert (first.sequence, first.status, first.worker_id) == (
@@ -282,8 +122,8 @@ async def test_runner_killed_mid_rollout_is_retried_once_and_its_late_spans_chan
                 assert (await store.get_rollout(rollout_id)).status == RolloutStatus.QUEUING
 
             # Runner B runs the three others, then the hung one once the store gives up on A.
-            runner_b = start_runner(
-                children, "runner-b", server.url, agent, "--concurrency", "4", "--max-rollouts", "4"
+            runner_b = children.runner(
+                "runner-b", server.url, agent, "--concurrency", "4", "--max-rollouts", "4"
             )
             assert runner_b.exit_code(30) == 0, children.logs()
             assert runner_summary(runner_b) == summary(claimed=4, succeeded=4)
@@ -390,7 +230,7 @@ STEADY_AGENT = """
 
 @pytest.mark.slow  # two server and two runner start-ups: about 6 s
 async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
-    tmp_path: Path, children: Children
+    tmp_path: Path, children: Processes
 ) -> None:
     agent = write_agent(tmp_path, "steady_agent", STEADY_AGENT)
     db, port = tmp_path / "store.db", free_port()
@@ -402,12 +242,12 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
     config = RolloutConfig(
         unresponsive_seconds=5, max_attempts=3, retry_on={AttemptStatus.UNRESPONSIVE}
     )
-    server = await start_server(children, "server-1", db, port)
+    server = await children.store_server("server-1", db=f"sqlite:///{db}", port=port)
     async with agl.open_store(url) as store:
         requests = [RolloutRequest(input={"index": i}, config=config) for i in range(count)]
         ids = [rollout.rollout_id for rollout in await store.enqueue_rollouts(requests)]
         runners = [
-            start_runner(children, name, url, agent, "--concurrency", "4")
+            children.runner(name, url, agent, "--concurrency", "4")
             for name in ("runner-a", "runner-b")
         ]
 
@@ -415,7 +255,7 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
             stats = await store.statistics()
             return stats.rollouts_by_status[RolloutStatus.SUCCEEDED] >= 8
 
-        await until(some_succeeded, "8 rollouts to succeed", 30, children, *runners)
+        await children.until(some_succeeded, "8 rollouts to succeed", 30, *runners)
         before_kill = (await store.statistics()).rollouts_by_status[RolloutStatus.SUCCEEDED]
     server.process.kill()
     assert server.exit_code(10) == -signal.SIGKILL
@@ -424,7 +264,7 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
 
     await asyncio.sleep(0.3)  # the runners meet a dead port for a moment
     assert all(runner.alive() for runner in runners), children.logs()
-    await start_server(children, "server-2", db, port)
+    await children.store_server("server-2", db=f"sqlite:///{db}", port=port)
 
     async with agl.open_store(url) as store:
 
@@ -435,7 +275,7 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
             )
             return page.total == count
 
-        await until(all_final, "every rollout to finish", 60, children, *runners)
+        await children.until(all_final, "every rollout to finish", 60, *runners)
 
         async def reconnected() -> bool:
             workers = {worker.worker_id: worker for worker in await store.query_workers()}
@@ -444,7 +284,7 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
                 for name in ("runner-a", "runner-b")
             )
 
-        await until(reconnected, "both runners to reach the new server", 30, children, *runners)
+        await children.until(reconnected, "both runners to reach the new server", 30, *runners)
 
         succeeded_by: dict[str, int] = {}
         across_the_outage = 0
@@ -628,7 +468,7 @@ SIGNALLED_AGENT = """
 
 
 async def test_second_sigterm_releases_the_attempt_for_another_runner(
-    tmp_path: Path, children: Children
+    tmp_path: Path, children: Processes
 ) -> None:
     agent = write_agent(tmp_path, "signalled_agent", SIGNALLED_AGENT)
     with StoreServer("memory://") as server:
@@ -638,17 +478,16 @@ async def test_second_sigterm_releases_the_attempt_for_another_runner(
             )
             rollout_id = rollout.rollout_id
             options = ("--concurrency", "1", "--drain-timeout", "30")
-            runner = start_runner(children, "runner-a", server.url, agent, *options)
+            runner = children.runner("runner-a", server.url, agent, *options)
             started = tmp_path / "slow-1.started"
-            await until(started.exists, "the agent to start", 30, children, runner)
+            await children.until(started.exists, "the agent to start", 30, runner)
             assert (await store.get_rollout(rollout_id)).status == RolloutStatus.RUNNING
 
             runner.process.send_signal(signal.SIGTERM)
-            await until(
+            await children.until(
                 lambda: "SIGTERM: no new rollouts; finishing 1 running" in runner.log(),
                 "the runner to start draining",
                 10,
-                children,
                 runner,
             )
             assert runner.alive()  # draining: the agent has 30 s to go
@@ -666,7 +505,7 @@ async def test_second_sigterm_releases_the_attempt_for_another_runner(
             assert (rollout.status, rollout.num_attempts) == (RolloutStatus.REQUEUING, 1)
 
             # The released try did not use up the rollout's only one: another runner gets it.
-            other = start_runner(children, "runner-b", server.url, agent, "--max-rollouts", "1")
+            other = children.runner("runner-b", server.url, agent, "--max-rollouts", "1")
             assert other.exit_code(30) == 0, other.log()
             assert runner_summary(other) == summary(claimed=1, succeeded=1)
             first, second = await store.query_attempts(rollout_id)
@@ -685,7 +524,7 @@ async def test_second_sigterm_releases_the_attempt_for_another_runner(
 
 
 async def test_sigterm_lets_a_short_rollout_finish_before_exiting(
-    tmp_path: Path, children: Children
+    tmp_path: Path, children: Processes
 ) -> None:
     agent = write_agent(tmp_path, "signalled_agent", SIGNALLED_AGENT)
     with StoreServer("memory://") as server:
@@ -694,9 +533,9 @@ async def test_sigterm_lets_a_short_rollout_finish_before_exiting(
                 [RolloutRequest(input={"name": "short", "seconds": 0.5})]
             )
             options = ("--concurrency", "1", "--drain-timeout", "30")
-            runner = start_runner(children, "runner-a", server.url, agent, *options)
+            runner = children.runner("runner-a", server.url, agent, *options)
             started = tmp_path / "short-1.started"
-            await until(started.exists, "the agent to start", 30, children, runner)
+            await children.until(started.exists, "the agent to start", 30, runner)
             runner.process.send_signal(signal.SIGTERM)
             assert runner.exit_code(10) == 0, runner.log()
             assert "SIGTERM: no new rollouts; finishing 1 running" in runner.log()
@@ -815,14 +654,14 @@ async def check_misbehaving(store: agl.Store, ids: list[str], llm: OpenAIServer)
 
 
 async def test_misbehaving_agents_fail_their_attempts_not_the_runner_process(
-    tmp_path: Path, children: Children, failing_llm: OpenAIServer
+    tmp_path: Path, children: Processes, failing_llm: OpenAIServer
 ) -> None:
     agent = write_agent(tmp_path, "misbehaving_agent", MISBEHAVING_AGENT)
     with StoreServer(f"sqlite:///{tmp_path / 'store.db'}") as server:
         async with agl.open_store(server.url) as store:
             ids = await enqueue_misbehaving(store, failing_llm)
             options = ("--concurrency", "1", "--max-rollouts", str(len(ids)))
-            runner = start_runner(children, "runner", server.url, agent, *options)
+            runner = children.runner("runner", server.url, agent, *options)
             assert runner.exit_code(60) == 0, runner.log()
             assert runner_summary(runner) == summary(claimed=6, succeeded=2, failed=3, timed_out=1)
             await check_misbehaving(store, ids, failing_llm)

@@ -104,27 +104,35 @@ class LLM(Resource):
         endpoint: The base URL to give an OpenAI client (``.../v1``).
         model: The model name to ask for.
         sampling_parameters: Defaults for the request (``temperature``, ``top_p``, ...).
+        api_key: The key to call ``endpoint`` with, if it needs one. Never stored: the runner
+            sets it for an endpoint served by a gateway started with a token (from the
+            runner's ``AGL_GATEWAY_TOKEN``), so agents pass ``api_key=llm.api_key``.
     """
 
     type: Literal["llm"] = "llm"
     endpoint: str = Field(min_length=1)
     model: str = Field(min_length=1)
     sampling_parameters: dict[str, JsonValue] = Field(default_factory=dict)
+    api_key: str | None = Field(default=None, exclude=True, repr=False)
 
-    def for_attempt(self, rollout_id: str, attempt_id: str) -> LLM:
+    def for_attempt(self, rollout_id: str, attempt_id: str, *, api_key: str | None = None) -> LLM:
         """Return this LLM with ``{rollout_id}`` and ``{attempt_id}`` in its endpoint filled in.
 
         An LLM served through the gateway is published with an endpoint such as
         ``http://gateway/rollout/{rollout_id}/attempt/{attempt_id}/v1``; the runner gives each
-        attempt its own concrete URL, so the agent simply uses ``base_url=llm.endpoint``.
-        Endpoints without placeholders are returned unchanged.
+        attempt its own concrete URL, so the agent simply uses ``base_url=llm.endpoint``, and
+        the gateway's ``api_key`` when one is given. Endpoints without placeholders are
+        returned unchanged.
         """
         if "{rollout_id}" not in self.endpoint and "{attempt_id}" not in self.endpoint:
             return self
         endpoint = self.endpoint.replace("{rollout_id}", rollout_id).replace(
             "{attempt_id}", attempt_id
         )
-        return self.model_copy(update={"endpoint": endpoint})
+        update: dict[str, Any] = {"endpoint": endpoint}
+        if api_key is not None:
+            update["api_key"] = api_key
+        return self.model_copy(update=update)
 
 
 @register_resource_type

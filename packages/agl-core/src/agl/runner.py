@@ -93,6 +93,9 @@ class RunnerStats:
     """Attempts the store ended first (timed out, unresponsive, cancelled): not reported."""
     store_errors: int = 0
     """Store calls that failed after the client's own retries (the runner kept going)."""
+    gateway_flush_failures: int = 0
+    """Gateway flushes that did not confirm before an attempt was reported (see
+    :mod:`agl.gateway.flusher`)."""
     reasons: dict[str, int] = field(default_factory=dict)
     """Failure reasons, with how often each occurred (first line of the reason)."""
 
@@ -127,6 +130,11 @@ class Runner:
             made in; plugins add more (``agl plugins`` lists them). None (the default): none,
             or every installed one once ``import agl.auto`` has run in this process (an agent
             module that imports it is traced by any runner that loads it).
+        gateway_token: The token of gateways started with one: agents get it as
+            :attr:`agl.LLM.api_key` of every LLM served by a gateway, and the runner sends it
+            when it flushes them. Default: the ``AGL_GATEWAY_TOKEN`` environment variable.
+        gateway_flush_timeout: Longest wait, in seconds, for a gateway to confirm that an
+            attempt's calls are in the store before the attempt is reported.
 
     Plugins implementing ``agl_rollout_start`` / ``agl_rollout_end`` (see :mod:`agl.hookspecs`)
     are called before and after each attempt.
@@ -146,6 +154,8 @@ class Runner:
         tracer: Any = None,
         handle_signals: bool = True,
         instrument: Sequence[str] | None = None,
+        gateway_token: str | None = None,
+        gateway_flush_timeout: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
@@ -185,6 +195,10 @@ class Runner:
         self._drain = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        from agl.gateway.flusher import GatewayFlusher
+
+        token = gateway_token if gateway_token is not None else os.environ.get("AGL_GATEWAY_TOKEN")
+        self._gateways = GatewayFlusher(token, gateway_flush_timeout)
         self._resources: dict[str, dict[str, Resource]] = {}
         self._latest: tuple[float, str, dict[str, Resource]] | None = None
 
@@ -242,6 +256,8 @@ class Runner:
             self._executor.shutdown(wait=False, cancel_futures=True)
             for instrumentation in instrumentations:
                 instrumentation.uninstrument()
+            await self._gateways.aclose()
+            self.stats.gateway_flush_failures = self._gateways.failures
             if self._owns_tracer:
                 await asyncio.to_thread(self._tracer.close)
             if owns_store:
@@ -354,6 +370,7 @@ class Runner:
         task = asyncio.current_task()
         assert task is not None
         status, reason = AttemptStatus.SUCCEEDED, None
+        flushes: list[str] = []  # the gateways the agent was given
         try:
             await self._report(*ids, status=AttemptStatus.RUNNING)
             timeout = rollout.config.timeout_seconds
@@ -361,6 +378,7 @@ class Runner:
                 try:
                     async with asyncio.timeout(timeout):
                         resources = await self._fetch_resources(rollout.resources_id, *ids)
+                        flushes = self._flush_urls(rollout.resources_id, *ids)
                         inputs = AttemptInputs(rollout.input, rollout, attempt, resources)
                         result = await self._call_agent(inputs)
                     rewards = normalize_result(result, self.agent.primary_reward)
@@ -384,6 +402,9 @@ class Runner:
                     emit_exception(exc)
                     status = AttemptStatus.FAILED
                     reason = _reason(exc)
+            # The agent's own spans are in the store now; the gateways' records of its calls
+            # must be too before anyone is told the attempt ended.
+            await self._gateways.flush(flushes)
         except asyncio.CancelledError:
             if task in self._stale:
                 self.stats.abandoned += 1
@@ -441,10 +462,27 @@ class Runner:
                 rid = update.resources_id if update is not None else ""
                 self._latest = (now, rid, dict(update.resources) if update is not None else {})
             cached = self._latest[2]
+        token = self._gateways.token
         return {
-            name: value.for_attempt(rollout_id, attempt_id) if isinstance(value, LLM) else value
+            name: value.for_attempt(rollout_id, attempt_id, api_key=token)
+            if isinstance(value, LLM)
+            else value
             for name, value in cached.items()
         }
+
+    def _flush_urls(self, resources_id: str | None, rollout_id: str, attempt_id: str) -> list[str]:
+        """The flush URLs of the gateways among the (just fetched) resources' LLM endpoints."""
+        from agl.gateway.paths import flush_url
+
+        cached = self._resources.get(resources_id) if resources_id is not None else None
+        if cached is None:
+            cached = self._latest[2] if self._latest is not None else {}
+        urls = {
+            flush_url(value.endpoint, rollout_id, attempt_id)
+            for value in cached.values()
+            if isinstance(value, LLM)
+        }
+        return sorted(url for url in urls if url is not None)
 
     async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Call the store, waiting out outages (the attempt's timeout still bounds the wait)."""

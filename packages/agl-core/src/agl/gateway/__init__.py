@@ -1,6 +1,20 @@
 """The LLM gateway: an OpenAI-compatible proxy recording each call with its token ids."""
 
-from agl.gateway.app import Gateway
-from agl.gateway.serve import GatewayServer
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agl.gateway.app import Gateway
+    from agl.gateway.serve import GatewayServer
 
 __all__ = ["Gateway", "GatewayServer"]
+
+_LAZY = {"Gateway": "agl.gateway.app", "GatewayServer": "agl.gateway.serve"}
+
+
+def __getattr__(name: str) -> Any:
+    # The app needs FastAPI and aiohttp; agl.gateway.paths (which the runner reads) does not.
+    if name not in _LAZY:
+        raise AttributeError(f"module 'agl.gateway' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)

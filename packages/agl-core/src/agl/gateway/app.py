@@ -9,6 +9,14 @@ one span per call (:mod:`agl.gateway.record`). Streams are passed through as the
 and assembled for the record. Upstream errors, timeouts and client disconnects are recorded as
 failed calls and answered with OpenAI-style errors; none of them takes the gateway down.
 
+With a ``token``, every route asks for ``Authorization: Bearer <token>``: the agents send it as
+their OpenAI API key (the runner gives it to them as :attr:`agl.LLM.api_key`, from its
+``AGL_GATEWAY_TOKEN``), and it is never passed upstream.
+
+``POST /rollout/{rollout_id}/attempt/{attempt_id}/flush`` returns once every call answered so
+far is in the store (:mod:`agl.gateway.paths`); the runner calls it before it reports an attempt
+finished, so a gateway in another process or on another host loses no call to the algorithm.
+
 With ``enforce_resources=True``, the model name and sampling parameters of the LLM resource the
 rollout runs with override the agent's, so a training run knows which policy produced each call.
 """
@@ -29,8 +37,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agl.errors import AglError, InvalidInputError, NotFoundError
+from agl.gateway import paths
 from agl.gateway.record import CallRecord
 from agl.resources import LLM
+from agl.server_auth import BearerTokenMiddleware
 from agl.store.base import Store
 from agl.tracing.exporter import SpanSender
 
@@ -38,13 +48,20 @@ __all__ = ["Gateway"]
 
 logger = logging.getLogger("agl.gateway")
 
-_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+_PREFIX = paths.OPENAI
+
+
+def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     """An error in the OpenAI wire format, which every OpenAI client understands."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(_error_body(status, message, kind), status_code=status)
+
+
+def _unauthorized(message: str) -> dict[str, Any]:
+    return _error_body(401, message, "authentication_error")
 
 
 class Gateway:
@@ -55,8 +72,10 @@ class Gateway:
         store: Where the call spans go.
         enforce_resources: Override model and sampling parameters with the rollout's LLM
             resource.
-        upstream_api_key: Sent upstream as the bearer token; if unset, the agent's own
-            ``Authorization`` header is passed on.
+        upstream_api_key: Sent upstream as the bearer token; if unset (and there is no
+            ``token``), the agent's own ``Authorization`` header is passed on.
+        token: Required of every request as ``Authorization: Bearer <token>``.
+        flush_timeout: Longest wait of the flush route, in seconds.
         timeout: Seconds to wait for an upstream response (for a stream: between chunks).
     """
 
@@ -67,6 +86,8 @@ class Gateway:
         *,
         enforce_resources: bool = False,
         upstream_api_key: str | None = None,
+        token: str | None = None,
+        flush_timeout: float = 30.0,
         timeout: float = 600.0,
         close_store: bool = False,
         **sender_options: Any,
@@ -79,6 +100,8 @@ class Gateway:
         self._close_store = close_store
         self.sender = SpanSender(store, **sender_options)
         self._api_key = upstream_api_key
+        self._token = token or None
+        self._flush_timeout = flush_timeout
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout)
         # aiohttp, not httpx, upstream: httpcore's pool slows to ~100 requests/s at 64
         # concurrent connections on 2 cores, where aiohttp's keeps ~2,000.
@@ -119,6 +142,9 @@ class Gateway:
 
         app = FastAPI(title="agl gateway", version="1", lifespan=lifespan)
 
+        if self._token:
+            app.add_middleware(BearerTokenMiddleware, token=self._token, refusal=_unauthorized)
+
         @app.get("/health")
         async def health() -> dict[str, Any]:
             return {"status": "ok", "upstreams": self.upstreams}
@@ -135,6 +161,15 @@ class Gateway:
                 return _error(502, f"upstream {upstream} unreachable: {exc}", "upstream_error")
             return Response(content, status, media_type="application/json")
 
+        @app.post(paths.FLUSH)
+        async def flush(rollout_id: str, attempt_id: str) -> Response:
+            # Every call answered so far was submitted before its answer went out: once the
+            # sender has settled what it holds now, the attempt's calls are in the store.
+            if await self.sender.flush_async(self._flush_timeout):
+                return JSONResponse({"flushed": True})
+            message = f"the store did not take the recorded calls within {self._flush_timeout} s"
+            return _error(504, message, "store_error")
+
         @app.post(_PREFIX + "/chat/completions")
         async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
             return await self._call("chat", rollout_id, attempt_id, request)
@@ -148,6 +183,8 @@ class Gateway:
     def _headers(self, request: Request) -> dict[str, str]:
         if self._api_key:
             return {"authorization": f"Bearer {self._api_key}"}
+        if self._token:  # the agent's Authorization carries the gateway's own token
+            return {}
         given = request.headers.get("authorization")
         return {"authorization": given} if given else {}
 

@@ -5,12 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agl import server_auth
+from agl.gateway import paths
 from agl.gateway.app import Gateway
 from agl.server_thread import ServerThread
 from agl.store.base import Store
 from agl.store.open import open_store
 
-__all__ = ["GatewayServer", "serve"]
+__all__ = ["GatewayServer", "check_bind_address", "serve"]
+
+
+def check_bind_address(host: str, token: str | None) -> None:
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl.server_auth`).
+
+    Raises:
+        InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.
+    """
+    server_auth.check_bind_address(host, token, server="the gateway", token_env="AGL_GATEWAY_TOKEN")
 
 
 class GatewayServer(ServerThread):
@@ -32,9 +43,12 @@ class GatewayServer(ServerThread):
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
+        token: str | None = None,
         **options: Any,
     ) -> None:
+        check_bind_address(host, token)
         super().__init__(host=host, port=port, log_level=log_level)
+        self.token = token
         self._upstreams = list(upstreams)
         self._store = store
         self._options = options
@@ -52,31 +66,38 @@ class GatewayServer(ServerThread):
         It holds ``{rollout_id}`` and ``{attempt_id}`` placeholders, which the runner fills in
         for each attempt (:meth:`agl.LLM.for_attempt`).
         """
-        return f"{self.base_url}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+        return self.base_url + paths.OPENAI
 
     def rollout_url(self, rollout_id: str, attempt_id: str) -> str:
         """The OpenAI base URL an agent uses for one attempt of a rollout."""
-        return f"{self.base_url}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+        return self.base_url + paths.OPENAI.format(rollout_id=rollout_id, attempt_id=attempt_id)
 
     def create_app(self) -> Any:
         store = open_store(self._store) if isinstance(self._store, str) else self._store
         self.gateway = Gateway(
-            self._upstreams, store, close_store=isinstance(self._store, str), **self._options
+            self._upstreams,
+            store,
+            close_store=isinstance(self._store, str),
+            token=self.token,
+            **self._options,
         )
         return self.gateway.app
 
 
 def serve(
     upstreams: Sequence[str],
-    store: str,
+    store: str | Store,
     *,
     host: str = "127.0.0.1",
     port: int = 4748,
     log_level: str = "info",
+    token: str | None = None,
     **options: Any,
 ) -> None:
-    """Serve the gateway until interrupted."""
+    """Serve the gateway until interrupted (refused beyond loopback without a ``token``)."""
     import uvicorn
 
-    gateway = Gateway(upstreams, open_store(store), close_store=True, **options)
+    check_bind_address(host, token)
+    opened = open_store(store) if isinstance(store, str) else store
+    gateway = Gateway(upstreams, opened, close_store=True, token=token, **options)
     uvicorn.run(gateway.app, host=host, port=port, log_level=log_level, access_log=False)

@@ -6,11 +6,9 @@ otherwise read every trace and enqueue work.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from typing import Any
 
-from agl.errors import InvalidInputError
+from agl import server_auth
 from agl.server_thread import ServerThread
 from agl.store.base import Store
 from agl.store.open import open_store
@@ -22,36 +20,12 @@ DEFAULT_PORT = 4747
 
 
 def check_bind_address(host: str, token: str | None) -> None:
-    """Refuse to bind a non-loopback address without a token.
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl.server_auth`).
 
     Raises:
         InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.
     """
-    if token:
-        return
-    if _is_loopback(host):
-        return
-    raise InvalidInputError(
-        f"refusing to serve the store on {host!r} without a token: other machines could read "
-        "and change it. Pass --token (or set AGL_STORE_TOKEN), or bind 127.0.0.1.",
-        field="host",
-        value=host,
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(
-                ipaddress.ip_address(info[4][0]).is_loopback
-                for info in socket.getaddrinfo(host, None)
-            )
-        except (OSError, ValueError):
-            return False
+    server_auth.check_bind_address(host, token, server="the store", token_env="AGL_STORE_TOKEN")
 
 
 def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:

@@ -26,7 +26,6 @@ traceback. With a token, every request must carry ``Authorization: Bearer <token
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from contextlib import asynccontextmanager
@@ -53,6 +52,7 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
+from agl.server_auth import BearerTokenMiddleware
 from agl.spans import Span
 from agl.store.base import Store, StoreStatistics
 
@@ -291,7 +291,7 @@ def create_app(
     app.add_middleware(_UnexpectedErrorMiddleware)
     app.add_middleware(_BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     if token:
-        app.add_middleware(_BearerTokenMiddleware, token=token)
+        app.add_middleware(BearerTokenMiddleware, token=token, refusal=_unauthorized)
     return app
 
 
@@ -405,27 +405,8 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class _BearerTokenMiddleware:
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                await _send_json(
-                    send,
-                    401,
-                    {
-                        "error": {
-                            "type": "UnauthorizedError",
-                            "message": "this store requires 'Authorization: Bearer <token>'",
-                        }
-                    },
-                )
-                return
-        await self.app(scope, receive, send)
+def _unauthorized(message: str) -> dict[str, Any]:
+    return {"error": {"type": "UnauthorizedError", "message": message}}
 
 
 class _BodyLimitMiddleware:

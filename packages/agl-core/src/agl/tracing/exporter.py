@@ -5,7 +5,12 @@ sender thread ships batches with :meth:`~agl.store.base.Store.add_spans`. While 
 unreachable the sender keeps the spans and retries with backoff; if the buffer fills, the oldest
 spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A batch the
 store refuses as invalid (an unknown rollout, say) is dropped and counted as rejected, never
-retried forever.
+retried forever. Any other error while sending (a span the store's client cannot serialize,
+say) is counted the same way: the sender thread never dies of one bad span.
+
+A span waits at most ``delay`` seconds (50 ms by default) before it is sent, with nothing
+calling :meth:`SpanSender.flush`: the first span put in an empty buffer wakes the sender, which
+sends what has arrived by then; a full batch is sent at once.
 
 What is submitted may be a span or a function that builds one: building (converting an SDK
 span, serializing a call's JSON) then happens on the sender thread, off the agent's path.
@@ -62,7 +67,8 @@ class SpanSender:
         store: Where spans go; it is used from the sender's own event loop.
         max_batch: Spans per ``add_spans`` call at most.
         max_buffer: Spans kept while the store is slow or away; beyond this the oldest go.
-        delay: Seconds to wait for more spans before sending a partial batch.
+        delay: Longest wait, in seconds, between a span's arrival and its sending: the sender
+            collects more spans for up to this long before sending a partial batch.
         max_backoff: Longest pause between retries while the store is unreachable.
     """
 
@@ -82,6 +88,7 @@ class SpanSender:
         self._max_backoff = max_backoff
         self._buffer: collections.deque[SpanSource] = collections.deque()
         self._lock = threading.Condition()
+        self._first_at = 0.0  # when the oldest buffered span arrived (monotonic seconds)
         self._enqueued = 0  # spans ever put in the buffer, dropped ones included
         self._settled = 0  # spans ever taken out: sent, rejected or dropped
         self._flush_waiters = 0
@@ -107,10 +114,13 @@ class SpanSender:
                         self._store.url,
                         self.stats.dropped,
                     )
+            wake = not self._buffer or len(self._buffer) + 1 >= self._max_batch
+            if not self._buffer:
+                self._first_at = time.monotonic()
             self._buffer.append(span)
             self._enqueued += 1
             self.stats.queued += 1
-            if len(self._buffer) >= self._max_batch:
+            if wake:  # the sender starts the delay, or sends a full batch
                 self._lock.notify_all()
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -174,8 +184,15 @@ class SpanSender:
         try:
             while (sources := self._take_batch()) is not None:
                 batch = self._build(sources)
-                if batch:
+                if not batch:
+                    continue
+                try:
                     loop.run_until_complete(self._send(batch))
+                except Exception as exc:  # never let one batch end the thread
+                    logger.exception("agl could not send %d span(s); they are dropped", len(batch))
+                    self.stats.rejected += len(batch)
+                    self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                    self._settle(len(batch))
         finally:
             release = getattr(self._store, "release_loop", None)
             if release is not None:
@@ -183,17 +200,18 @@ class SpanSender:
             loop.close()
 
     def _take_batch(self) -> list[SpanSource] | None:
-        """Wait for a full batch, a flush, the delay, or stop; return what to send."""
+        """Wait for a full batch, a flush, the oldest span's delay, or stop; return what to send."""
         with self._lock:
-            started = time.monotonic()
             while not self._stopping:
-                ready = len(self._buffer) >= self._max_batch or (
-                    self._buffer
-                    and (self._flush_waiters or time.monotonic() - started >= self._delay)
-                )
-                if ready:
+                if not self._buffer:
+                    self._lock.wait()
+                    continue
+                if len(self._buffer) >= self._max_batch or self._flush_waiters:
                     break
-                self._lock.wait(self._delay if self._buffer else None)
+                remaining = self._first_at + self._delay - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(remaining)
             count = min(len(self._buffer), self._max_batch)
             if count == 0:
                 return None

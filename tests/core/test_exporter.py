@@ -1,0 +1,106 @@
+"""The span sender gets every span to the store on its own schedule, and survives bad spans."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+import agl
+from agl import RolloutRequest, Span
+from agl.store.memory import MemoryStore
+from agl.tracing.exporter import SpanSender
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[MemoryStore]:
+    async with MemoryStore() as store:
+        yield store
+
+
+async def attempt_of(store: agl.Store) -> tuple[str, str]:
+    await store.enqueue_rollouts([RolloutRequest(input=0)])
+    [claim] = await store.dequeue_rollouts()
+    return claim.rollout.rollout_id, claim.attempt.attempt_id
+
+
+async def spans_within(store: agl.Store, rollout_id: str, count: int, seconds: float) -> int:
+    """How many spans the rollout has once it has ``count`` of them, or when ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = len(await store.query_spans(rollout_id))
+        if found >= count or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.01)
+
+
+async def test_a_lone_span_is_sent_after_the_delay_with_nothing_flushing(
+    store: MemoryStore,
+) -> None:
+    rollout_id, attempt_id = await attempt_of(store)
+    sender = SpanSender(store, delay=0.05)
+    try:
+        sender.submit(Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="one"))
+        # The old sender slept until a full batch (512) or a flush: this span never came.
+        assert await spans_within(store, rollout_id, 1, 10) == 1
+        sender.submit(Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="two"))
+        assert await spans_within(store, rollout_id, 2, 10) == 2
+        assert sender.stats.exported == 2
+    finally:
+        await asyncio.to_thread(sender.close)
+
+
+async def test_spans_arriving_together_go_in_one_batch(store: MemoryStore) -> None:
+    rollout_id, attempt_id = await attempt_of(store)
+    sizes: list[int] = []
+    add_spans = store.add_spans
+
+    async def recording(spans: Sequence[Span]) -> list[Span]:
+        sizes.append(len(spans))
+        return await add_spans(spans)
+
+    store.add_spans = recording  # type: ignore[method-assign]
+    sender = SpanSender(store, delay=5.0)
+    try:
+        for index in range(10):
+            sender.submit(
+                Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name=f"{index}")
+            )
+        assert await asyncio.to_thread(sender.flush, 10)
+    finally:
+        await asyncio.to_thread(sender.close)
+    assert sizes == [10]
+
+
+class _Exploding(MemoryStore):
+    """A store whose client fails, with an error no store raises, on spans named 'bad'."""
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+        if any(span.name == "bad" for span in spans):
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+        return await super().add_spans(spans)
+
+
+async def test_the_sender_survives_a_span_its_store_cannot_take() -> None:
+    async with _Exploding() as store:
+        rollout_id, attempt_id = await attempt_of(store)
+        sender = SpanSender(store, delay=0.01)
+        try:
+            sender.submit(Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="bad"))
+            assert await asyncio.to_thread(sender.flush, 10)
+            sender.submit(Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name="good"))
+            assert await spans_within(store, rollout_id, 1, 10) == 1
+        finally:
+            await asyncio.to_thread(sender.close, 10)
+        assert [span.name for span in await store.query_spans(rollout_id)] == ["good"]
+        assert sender.stats.rejected == 1
+        assert "UnicodeEncodeError" in (sender.stats.last_error or "")
