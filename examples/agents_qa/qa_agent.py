@@ -257,7 +257,7 @@ async def qa_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     """
     async with AsyncOpenAI(
         base_url=llm.endpoint,
-        api_key=os.environ.get("OPENAI_API_KEY") or "unused",  # agl's gateway needs none
+        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         max_retries=0,
     ) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)

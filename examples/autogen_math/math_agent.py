@@ -147,7 +147,7 @@ async def math_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     client = OpenAIChatCompletionClient(
         model=llm.model,
         base_url=llm.endpoint,
-        api_key=os.environ.get("OPENAI_API_KEY") or "unused",  # agl's gateway needs none
+        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         model_info=MODEL_INFO,
         max_retries=0,
         **options,

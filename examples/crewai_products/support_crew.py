@@ -100,7 +100,7 @@ async def support_crew(task: dict[str, Any], llm: agl.LLM) -> float:
     model = LLM(
         model=f"openai/{llm.model}",
         base_url=llm.endpoint,
-        api_key=os.environ.get("OPENAI_API_KEY") or "unused",  # agl's gateway needs none
+        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         max_retries=0,
         **options,
     )

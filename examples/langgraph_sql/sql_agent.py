@@ -167,7 +167,7 @@ async def sql_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     temperature, max_tokens = sampling.get("temperature"), sampling.get("max_tokens")
     model = ChatOpenAI(
         base_url=llm.endpoint,
-        api_key=os.environ.get("OPENAI_API_KEY") or "unused",  # agl's gateway needs none
+        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         model=llm.model,
         max_retries=0,
         temperature=float(temperature) if isinstance(temperature, int | float) else None,

@@ -310,3 +310,28 @@ async def test_runner_opens_and_closes_a_store_url(tmp_path: Any) -> None:
 def test_bad_concurrency_is_refused() -> None:
     with pytest.raises(agl.InvalidInputError, match="concurrency"):
         Runner(lambda task: None, MemoryStore(), concurrency=0)
+
+
+async def test_an_unreachable_gateway_flush_is_counted_and_the_attempt_still_reported(
+    store: MemoryStore,
+) -> None:
+    from agl.testing.ports import free_port
+
+    template = f"http://127.0.0.1:{free_port()}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+    await store.add_resources({"llm": agl.LLM(endpoint=template, model="m")})
+    seen: list[agl.LLM] = []
+
+    @agl.rollout
+    def agent(task: int, llm: agl.LLM) -> float:
+        seen.append(llm)
+        return 1.0
+
+    ids = await enqueue(store, 1)
+    stats = await runner(
+        agent, store, max_rollouts=1, gateway_token="tok", gateway_flush_timeout=2
+    ).run()
+    assert stats.succeeded == 1
+    assert stats.gateway_flush_failures == 1
+    [result] = await results(store, ids)
+    assert result.status == RolloutStatus.SUCCEEDED
+    assert [llm.api_key for llm in seen] == ["tok"]

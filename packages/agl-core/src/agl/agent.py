@@ -4,7 +4,7 @@
 
     @agl.rollout
     async def solve(task: dict, llm: agl.LLM, prompt_template: agl.PromptTemplate) -> float:
-        client = AsyncOpenAI(base_url=llm.endpoint, api_key="-")
+        client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "-")
         ...
         return 1.0 if answer == task["answer"] else 0.0
 

@@ -112,7 +112,7 @@ async def calculator_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     """Answer ``task["question"]``, calling the calculator when the model asks for it."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="agl", max_retries=0)
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "agl", max_retries=0)
     messages: list[Any] = [{"role": "user", "content": task["question"]}]
     answer = ""
     async with client:

@@ -92,7 +92,9 @@ def llm_agent() -> agl.LitAgent:
             for key, value in llm.sampling_parameters.items()
             if key in ("max_tokens", "temperature", "top_p")
         }
-        async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=llm.endpoint, api_key=llm.api_key or "-", max_retries=0
+        ) as client:
             reply = await client.chat.completions.create(
                 model=llm.model, messages=[{"role": "user", "content": prompt}], **sampling
             )

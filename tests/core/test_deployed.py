@@ -1,0 +1,166 @@
+"""agl deployed as the README deploys it: ``agl store serve``, ``agl gateway serve`` and
+``agl runner`` as separate processes, the algorithm's side played by this test.
+
+Nothing here flushes anything by hand: what the algorithm reads is what a deployment gives it.
+The upstream is the scripted OpenAI-compatible server (vLLM's wire format, real token ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import agl
+from agl import RolloutRequest, RolloutStatus, semconv
+from agl.lightning import LightningRL, extract_calls
+from agl.results import fetch_results
+from agl.testing.openai_server import OpenAIServer
+from agl.testing.ports import free_port
+from agl.testing.processes import Processes, runner_summary, write_agent
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+TOKEN = "gateway-secret"
+
+AGENT = """
+    import agl
+    import openai
+
+
+    @agl.rollout
+    async def agent(task, llm: agl.LLM):
+        # The runner gives gateway LLMs the gateway's token as their api_key.
+        async with openai.AsyncOpenAI(
+            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
+        ) as client:
+            for turn in range(2):
+                await client.chat.completions.create(
+                    model=llm.model,
+                    messages=[{"role": "user", "content": f"task {task} turn {turn}"}],
+                    max_tokens=8,
+                )
+        return task / 10
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    with Processes(tmp_path) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+async def test_a_remote_gateway_sends_a_lone_call_to_the_store_unflushed(
+    tmp_path: Path, processes: Processes, model: OpenAIServer
+) -> None:
+    store_url, gateway_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    await processes.store_server(
+        "store", db=f"sqlite:///{tmp_path / 'agl.db'}", port=int(store_url.rsplit(":", 1)[1])
+    )
+    await processes.gateway_server(
+        "gateway", upstreams=[model.url], store=store_url, port=int(gateway_url.rsplit(":", 1)[1])
+    )
+    async with agl.open_store(store_url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input=1)])
+        [claim] = await store.dequeue_rollouts()
+        ids = claim.rollout.rollout_id, claim.attempt.attempt_id
+        async with httpx.AsyncClient() as client:
+            reply = await client.post(
+                f"{gateway_url}/rollout/{ids[0]}/attempt/{ids[1]}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+        assert reply.status_code == 200, reply.text
+
+        async def recorded() -> bool:
+            spans = await store.query_spans(ids[0])
+            return any(s.attributes.get(semconv.AGL_SPAN_TYPE) == "gateway" for s in spans)
+
+        # The gateway's sender delay is 50 ms; before the fix the span came only at shutdown.
+        await processes.until(recorded, "the gateway's span in the store", 10)
+
+
+async def test_every_finished_rollout_has_its_calls_token_ids_with_a_remote_gateway(
+    tmp_path: Path, processes: Processes, model: OpenAIServer
+) -> None:
+    store_port, gateway_port = free_port(), free_port()
+    store_url = f"http://127.0.0.1:{store_port}"
+    await processes.store_server("store", db=f"sqlite:///{tmp_path / 'agl.db'}", port=store_port)
+    # A sender delay far longer than the test reads: only the runner's flush can explain
+    # every call being there the moment the rollout is finished.
+    await processes.gateway_server(
+        "gateway",
+        upstreams=[model.url],
+        store=store_url,
+        port=gateway_port,
+        options=("--send-delay", "30", "--enforce-resources"),
+        env={"AGL_GATEWAY_TOKEN": TOKEN},
+    )
+    endpoint = f"http://127.0.0.1:{gateway_port}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+    tasks = list(range(8))
+    async with agl.open_store(store_url) as store:
+        await store.add_resources({"llm": agl.LLM(endpoint=endpoint, model="policy")})
+        rollouts = await store.enqueue_rollouts(
+            [RolloutRequest(input=task, metadata={"task_index": task}) for task in tasks]
+        )
+        runner = processes.runner(
+            "runner",
+            store_url,
+            write_agent(tmp_path, "two_calls", AGENT),
+            "--instrument",
+            "openai",
+            "--max-rollouts",
+            str(len(tasks)),
+            env={"AGL_GATEWAY_TOKEN": TOKEN},
+        )
+        pending = {rollout.rollout_id for rollout in rollouts}
+        deadline = time.monotonic() + 60
+        checked = 0
+        while pending:
+            assert time.monotonic() < deadline, processes.logs()
+            done = await store.wait_for_rollouts(sorted(pending), timeout=1)
+            # Read each rollout the moment the store says it is finished, as an algorithm does.
+            for result in await fetch_results(store, done):
+                assert result.status == RolloutStatus.SUCCEEDED, (result.error, processes.logs())
+                calls = extract_calls(result.spans)
+                assert len(calls.calls) == 2
+                assert all(call.has_tokens for call in calls.calls), calls
+                assert calls.counts.get("instrumented_only", 0) == 0
+                batch = LightningRL(drop_zero_variance=False).build([result])
+                assert batch.report.transitions == 2, batch.report
+                assert not batch.report.dropped_calls, batch.report
+                checked += 1
+            pending -= {rollout.rollout_id for rollout in done}
+    assert checked == len(tasks)
+    assert runner.exit_code(30) == 0, processes.logs()
+    assert runner_summary(runner)["succeeded"] == len(tasks)
+    assert all(request.body["model"] == "policy" for request in model.requests[-16:])
+    # The gateway's token authenticated the agents and was not passed on upstream.
+    assert all(request.headers.get("authorization") is None for request in model.requests[-16:]), [
+        request.headers.get("authorization") for request in model.requests[-16:]
+    ]
+
+
+async def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
+    child = processes.start(
+        "gateway",
+        "gateway", "serve", "--upstream", "http://127.0.0.1:9/v1",
+        "--store", "http://127.0.0.1:9", "--host", "0.0.0.0", "--port", str(free_port()),
+    )  # fmt: skip
+    assert child.exit_code(60) == 2
+    assert "refusing to serve the gateway on '0.0.0.0' without a token" in child.log()
+    await asyncio.sleep(0)
