@@ -128,12 +128,23 @@ def test_logging_after_close_is_a_conflict(tmp_path: Path) -> None:
         logger.log(0, {"a": 1})
 
 
-def test_console_line_is_compact(tmp_path: Path) -> None:
-    out = io.StringIO()
-    console = Console(file=out, width=200, color_system=None)
-    with MetricsLogger(tmp_path, console=console, tensorboard=False) as logger:
-        logger.log(3, {"reward/mean": 0.123456, "n": 8, "bad": math.nan})
-    assert out.getvalue() == "step 3  reward/mean=0.1235  n=8  bad=nan\n"
+@pytest.mark.parametrize("width", [20, 200])
+def test_console_line_is_compact_and_verbose_shows_everything(tmp_path: Path, width: int) -> None:
+    figures = {"reward/mean": 0.123456, "loss": 0.5, "n": 8, "bad": math.nan}
+    lines = []
+    for verbose in (False, True):
+        out = io.StringIO()
+        console = Console(file=out, width=width, color_system=None)
+        with MetricsLogger(
+            tmp_path / str(verbose), console=console, verbose=verbose, tensorboard=False
+        ) as logger:
+            logger.log(3, figures)
+        lines.append(out.getvalue())
+    # One line whatever the console's width: the terminal wraps it, never rich mid-word.
+    assert lines == [
+        "step 3  reward 0.1235  loss 0.5\n",
+        "step 3  reward/mean=0.1235  loss=0.5  n=8  bad=nan\n",
+    ]
 
 
 def test_reopening_appends_and_cuts_a_torn_line(tmp_path: Path) -> None:
@@ -216,9 +227,25 @@ def _cli() -> typer.Typer:
     return app
 
 
+@pytest.mark.parametrize("columns", ["30", "200"])
+def test_cli_show_names_the_run_on_one_unbroken_line(tmp_path: Path, columns: str) -> None:
+    # A run directory longer than the terminal is wide: the line is never broken by rich
+    # (it used to be a table title, wrapped mid-word at the table's width).
+    run_dir = tmp_path / ("a-long-run-directory-name-" * 4)
+    _log_curve(run_dir, steps=12)
+    result = CliRunner(env={"COLUMNS": columns}).invoke(
+        _cli(), ["metrics", "show", str(run_dir), "-n", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"{run_dir}: 12 steps logged"
+
+
 def test_cli_show_prints_the_last_steps(tmp_path: Path) -> None:
     _log_curve(tmp_path, steps=12)
-    result = CliRunner().invoke(_cli(), ["metrics", "show", str(tmp_path), "-n", "3"])
+    # The table is laid out for the terminal: this test says how wide its terminal is.
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        _cli(), ["metrics", "show", str(tmp_path), "-n", "3"]
+    )
     assert result.exit_code == 0, result.output
     assert "12 steps logged" in result.output
     assert "reward/mean" in result.output
@@ -231,7 +258,9 @@ def test_cli_show_prints_the_last_steps(tmp_path: Path) -> None:
 
 def test_cli_show_selected_keys(tmp_path: Path) -> None:
     _log_curve(tmp_path, steps=2)
-    result = CliRunner().invoke(_cli(), ["metrics", "show", str(tmp_path), "--key", "loss"])
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        _cli(), ["metrics", "show", str(tmp_path), "--key", "loss"]
+    )
     assert result.exit_code == 0, result.output
     assert "loss" in result.output
     assert "reward/mean" not in result.output

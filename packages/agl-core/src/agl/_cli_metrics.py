@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agl.errors import AglError
 
@@ -40,13 +41,18 @@ def show(
     except AglError as exc:
         _fail(exc)
     columns = key or list(dict.fromkeys(k for r in records for k in r if k not in ("step", "time")))
-    table = Table(title=f"{run_dir} ({len(records)} steps logged)")
+    table = Table()
     table.add_column("step", justify="right", style="bold")
     for column in columns:
         table.add_column(column, justify="right")
     for record in records[-last:]:
         table.add_row(str(record.get("step")), *(_cell(record, column) for column in columns))
-    Console().print(table)
+    console = Console()
+    # The path on a line of its own that rich never breaks (a table title is wrapped at the
+    # table's width, mid-word): the terminal wraps it, and a copied path stays whole.
+    heading = Text(f"{run_dir}: {len(records)} steps logged", style="bold")
+    console.print(heading, soft_wrap=True, highlight=False)
+    console.print(table)
 
 
 @metrics_app.command("plot")
@@ -82,5 +88,7 @@ def _cell(record: dict[str, Any], column: str) -> str:
 
 
 def _fail(exc: AglError) -> NoReturn:
-    Console(stderr=True).print(f"[red]error:[/] {escape(exc.message)}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[red]error:[/] {escape(exc.message)}", highlight=False
+    )
     raise typer.Exit(2) from None

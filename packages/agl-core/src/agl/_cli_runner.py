@@ -12,7 +12,7 @@ from rich.console import Console
 
 from agl.errors import AglError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a message is never broken mid-path
 
 
 def runner_command(

@@ -39,7 +39,7 @@ app.add_typer(rollouts_app, name="rollouts")
 app.add_typer(metrics_app, name="metrics", help="Show or plot a run's metrics.")
 app.command("runner")(runner_command)
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a message is never broken mid-path
 
 
 @app.command()

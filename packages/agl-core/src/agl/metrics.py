@@ -10,7 +10,9 @@ writes the step's metrics to:
   ``time`` and every metric name in the order first seen; when a step brings a new name the
   file is rewritten from ``metrics.jsonl`` with the wider header (rare, and atomic), so the
   header always covers every row. Missing and non-finite values are empty cells.
-- the console, as one compact line (``console=True``);
+- the console, as one compact line (``console=True``): step, reward, validation reward,
+  kept/total transitions, loss, step time (:mod:`agl.step_line`); every figure with
+  ``verbose=True``;
 - TensorBoard scalars under ``run_dir/tensorboard`` (with ``tensorboardX``, or
   ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed).
 
@@ -36,9 +38,9 @@ from types import TracebackType
 from typing import Any, Self, TextIO
 
 from rich.console import Console
-from rich.text import Text
 
 from agl.errors import AglError, ConflictError, InvalidInputError
+from agl.step_line import compact_line, full_line
 
 __all__ = ["MetricsLogger", "plot_metrics", "read_metrics"]
 
@@ -58,6 +60,7 @@ class MetricsLogger:
         run_dir: The run's directory; created if missing.
         console: Print one line per step: ``True`` for a console on stderr, a
             :class:`rich.console.Console` to print there, ``False`` for silence.
+        verbose: Print every figure of a step on its line, not only the compact summary.
         tensorboard: ``True`` to write TensorBoard scalars (an error if no writer library is
             installed), ``False`` never to, ``None`` to write them when ``tensorboardX`` or
             ``torch.utils.tensorboard`` is importable.
@@ -71,8 +74,10 @@ class MetricsLogger:
         run_dir: str | os.PathLike[str],
         *,
         console: bool | Console = True,
+        verbose: bool = False,
         tensorboard: bool | None = None,
     ) -> None:
+        self._verbose = verbose
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.run_dir / METRICS_JSONL
@@ -135,7 +140,8 @@ class MetricsLogger:
                     self._tensorboard.add_scalar(key, float(value), int(record["step"]))
                 self._tensorboard.flush()
         if self._console is not None:
-            self._console.print(_console_line(record), highlight=False, soft_wrap=True)
+            line = full_line(record) if self._verbose else compact_line(record)
+            self._console.print(line, highlight=False, soft_wrap=True)
 
     def rewind(self, step: int) -> list[dict[str, Any]]:
         """Drop every record after ``step`` (a run resuming from its step-``step`` checkpoint).
@@ -356,26 +362,6 @@ def _columns_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def _csv_row(record: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
     return ["" if record.get(column) is None else record[column] for column in columns]
-
-
-def _console_line(record: Mapping[str, Any]) -> Text:
-    line = Text()
-    line.append(f"step {record['step']}", style="bold")
-    for key, value in record.items():
-        if key in _RESERVED_KEYS:
-            continue
-        line.append("  ")
-        line.append(key, style="cyan")
-        line.append("=" + _format_number(value))
-    return line
-
-
-def _format_number(value: int | float | None) -> str:
-    if value is None:
-        return "nan"
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.4g}"
 
 
 def _jsonl_path(source: str | os.PathLike[str]) -> Path:

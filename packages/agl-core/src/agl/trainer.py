@@ -96,6 +96,9 @@ class Trainer:
             step algorithms, one optimizer per agent (:class:`~agl.PerAgent`).
         store: A store URL or object (default ``sqlite:///<run_dir>/store.db``).
         n_runners: 1 runs rollouts in this process; more starts that many runner processes.
+            Each runs ``concurrency`` rollouts at once, so up to ``n_runners * concurrency``
+            rollouts run together (``n_runners=8`` with the default concurrency: 128); the
+            trainer prints that number when it starts.
         concurrency: Rollouts each runner runs at once.
         run_dir: Where metrics, plots and the default store go (default
             ``runs/<time>-<algorithm>``).
@@ -105,6 +108,9 @@ class Trainer:
         progress: Show progress bars.
         console: Print metrics lines and the summary (a :class:`rich.console.Console`, or
             True for stderr).
+        verbose: Print every figure of a step on its console line (by default a compact line:
+            step, reward, validation reward, kept/total transitions, loss, step time; every
+            figure is in ``metrics.jsonl`` / ``metrics.csv`` / TensorBoard either way).
         plot: Draw the reward curve to ``run_dir/reward.png`` at the end (needs matplotlib).
         instrument: Libraries the runners trace (``"openai"``: every call of the openai client;
             ``agl plugins`` lists the rest). None: none, or every installed one after
@@ -123,6 +129,7 @@ class Trainer:
         rollout_config: RolloutConfig | None = None,
         progress: bool = True,
         console: bool | Console = True,
+        verbose: bool = False,
         plot: bool = True,
         instrument: Sequence[str] | None = None,
     ) -> None:
@@ -142,6 +149,7 @@ class Trainer:
             self.console: Console | None = console
         else:
             self.console = Console(stderr=True) if console else None
+        self.verbose = verbose
         self.plot = plot
         self.instrument = None if instrument is None else list(instrument)
 
@@ -225,7 +233,9 @@ class Trainer:
         async with contextlib.AsyncExitStack() as stack:
             if owns_store:
                 stack.push_async_callback(store.close)
-            metrics = stack.enter_context(MetricsLogger(run_dir, console=self.console or False))
+            metrics = stack.enter_context(
+                MetricsLogger(run_dir, console=self.console or False, verbose=self.verbose)
+            )
             runners = _Runners(agent, store, self.n_runners, self.concurrency, self.instrument)
             stack.push_async_callback(runners.stop)
             await runners.start()
@@ -248,7 +258,8 @@ class Trainer:
                 await ctx.publish(self.resources)
             self._say(
                 f"[bold]agl[/] {algorithm.name}: {len(train)} train / {len(val)} val tasks, "
-                f"{self.n_runners} runner(s) x {self.concurrency}, store {store_url}, "
+                f"{self.n_runners} runner(s) x {self.concurrency} = "
+                f"{self.n_runners * self.concurrency} rollouts at once, store {store_url}, "
                 f"run dir {run_dir}"
             )
             run = asyncio.create_task(algorithm.run(ctx))

@@ -149,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print every metric of a step, not a summary"
+    )
     args = parser.parse_args(argv)
     return run(
         args.run_dir,
@@ -158,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         seed=args.seed,
         lr=args.lr,
         progress=not args.quiet,
+        verbose=args.verbose,
     )
 
 
@@ -173,6 +177,7 @@ def run(
     tasks_per_step: int = 8,
     samples: int = 8,
     progress: bool = True,
+    verbose: bool = False,
 ) -> dict[str, float]:
     """The quickstart as a function (the learning test calls it with fewer steps)."""
     from rich.console import Console
@@ -226,6 +231,7 @@ def run(
         concurrency=tasks_per_step * samples,
         progress=progress,
         console=console,
+        verbose=verbose,
         instrument=["openai"],
     )
     result = trainer.fit(calculator_agent, train, val_dataset=val)
