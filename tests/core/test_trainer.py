@@ -53,7 +53,8 @@ def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
     assert [row["step"] for row in train_rows] == [1, 2, 3, 4]
     assert train_rows[0]["reward/mean"] == pytest.approx(0.2)  # (0.1 + 0.2 + 0.3) / 3
     assert train_rows[1]["reward/mean"] == pytest.approx(0.3)  # (0.4 + 0 + 0.5) / 3, one failed
-    assert train_rows[1]["rollouts/failed"] == 1
+    assert train_rows[1]["rollouts/failed"] == 1  # a count
+    assert train_rows[1]["rollouts/success_rate"] == pytest.approx(2 / 3)  # a fraction
     val_rows = [row for row in rows if "val/reward/mean" in row]
     assert [(row["step"], row["val/reward/mean"]) for row in val_rows] == [(0, 0.9), (4, 0.9)]
     assert (tmp_path / "run" / "metrics.csv").exists()
@@ -269,3 +270,21 @@ def test_fit_inside_an_event_loop_points_to_fit_async(tmp_path: Path) -> None:
         return await trainer.fit_async(scored, [{"x": 1}])
 
     assert asyncio.run(inside()).last("reward/mean") == pytest.approx(0.1)
+
+
+class _Broken(agl.Algorithm):
+    name = "broken"
+
+    async def run(self, ctx: agl.AlgorithmContext) -> None:
+        raise ValueError("the algorithm's own mistake")
+
+
+def test_an_error_from_fit_is_the_first_thing_its_traceback_says(tmp_path: Path) -> None:
+    import traceback
+
+    trainer = agl.Trainer(_Broken(), run_dir=tmp_path / "run", console=False)
+    with pytest.raises(ValueError, match="the algorithm's own mistake") as caught:
+        trainer.fit(scored, [{"x": 1}])
+    text = "".join(traceback.format_exception(caught.value))
+    assert "no running event loop" not in text
+    assert "During handling of the above exception" not in text

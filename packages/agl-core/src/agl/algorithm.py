@@ -373,7 +373,8 @@ def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[s
     """The usual per-step figures: reward mean/min/max, success, failures, retries, LLM calls.
 
     A rollout without a reward (it failed, or its agent reported none) counts as 0 in
-    ``reward/mean``; ``reward/missing`` says how many there were.
+    ``reward/mean``; ``reward/missing`` says how many there were. ``rollouts/success_rate``
+    is a fraction (0 to 1); ``rollouts/failed`` and ``rollouts/retried`` are counts.
     """
     rewards = [result.reward if result.reward is not None else 0.0 for result in results]
     count = len(results) or 1
@@ -382,7 +383,7 @@ def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[s
         "reward/min": min(rewards, default=0.0),
         "reward/max": max(rewards, default=0.0),
         "reward/missing": float(sum(result.reward is None for result in results)),
-        "rollouts/succeeded": sum(result.succeeded for result in results) / count,
+        "rollouts/success_rate": sum(result.succeeded for result in results) / count,
         "rollouts/failed": float(sum(not result.succeeded for result in results)),
         "rollouts/retried": float(sum(result.retried for result in results)),
         "llm_calls/mean": statistics.fmean(result.llm_calls for result in results)

@@ -581,9 +581,14 @@ def _sqlite_url(path: Path) -> str:
 
 
 def _run_sync(coroutine: Any) -> Any:
+    # asyncio.run is not called inside the `except`: an error from the run would then be
+    # chained to "RuntimeError: no running event loop" at the top of every traceback.
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
+        running = False
+    if not running:
         return asyncio.run(coroutine)
     coroutine.close()
     raise AglError(
