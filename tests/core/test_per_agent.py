@@ -330,3 +330,68 @@ def test_step_hooks_fire_around_every_step(tmp_path: Path) -> None:
         ("start", "baseline", 2, None),
         ("end", "baseline", 2, 0.5),
     ]
+
+
+def test_a_key_that_matches_no_agent_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with OpenAIServer(echo) as server:
+        writer = WriterRL(server.url)
+        trainer = agl.Trainer(
+            {"writr": writer, "checker": None, "*": None},  # a typo: "writr"
+            resources={
+                "checker_llm": LLM(endpoint=server.url, model="m"),
+                "checker_prompt": PromptTemplate(template="check: {text}"),
+                "writer_llm": LLM(endpoint=server.url, model="m"),
+            },
+            run_dir=tmp_path / "run",
+            console=False,
+            plot=False,
+            instrument=["openai"],
+        )
+        trainer.fit(pipeline, ["a", "b", "c", "d"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    typo = [w for w in warnings if "agent key 'writr'" in w]
+    assert len(typo) == 1, warnings  # once a run, not once a step
+    assert "checker, narrator, writer" in typo[0]
+    assert "trained nothing" in typo[0]
+    assert not any("'checker'" in w or "'*'" in w for w in warnings), warnings
+
+
+class _Learner(agl.StepAlgorithm):
+    name = "learner"
+    batch_size = 2
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> None:
+        return None
+
+
+def test_a_run_whose_rollouts_record_no_llm_call_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with OpenAIServer(echo) as server:
+        # The agent calls its LLM directly and nothing traces the openai client: no calls.
+        trainer = agl.Trainer(
+            _Learner(),
+            run_dir=tmp_path / "run",
+            console=False,
+            plot=False,
+            resources={"llm": LLM(endpoint=server.url, model="m")},
+        )
+
+        @agl.rollout
+        async def agent(task: str, llm: LLM) -> float:
+            async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-") as client:
+                await client.chat.completions.create(
+                    model=llm.model, messages=[{"role": "user", "content": task}]
+                )
+            return 1.0
+
+        trainer.fit(agent, ["a", "b", "c", "d"])
+        said = [r.getMessage() for r in caplog.records if "recorded no LLM call" in r.getMessage()]
+        assert len(said) == 1, said  # once a run
+        assert "instrument=['openai']" in said[0]
+        baseline = agl.Trainer(agl.Baseline(), run_dir=tmp_path / "b", console=False, plot=False)
+        caplog.clear()
+        baseline.fit(agent, ["a"])  # a baseline learns nothing: no warning
+        assert not [r for r in caplog.records if "recorded no LLM call" in r.getMessage()]

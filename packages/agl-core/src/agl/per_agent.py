@@ -38,6 +38,7 @@ from typing import Any
 from agl.algorithm import (
     Algorithm,
     AlgorithmContext,
+    Baseline,
     StepAlgorithm,
     StepBatch,
     reward_metrics,
@@ -148,8 +149,9 @@ class PerAgent(Algorithm):
         self.label = "+".join(m.label for m in self.members)
         self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
         self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
-        self._owner_cache: dict[str | None, StepAlgorithm | None] = {}
+        self._owner_cache: dict[str | None, tuple[str | None, StepAlgorithm | None]] = {}
         self._started: list[_Member] = []
+        self._warned: set[str] = set()  # warnings given once per run
 
     def _agree(self, setting: str, given: Any) -> Any:
         if given is not None:
@@ -167,18 +169,54 @@ class PerAgent(Algorithm):
 
     def owner(self, agent: str | None) -> StepAlgorithm | None:
         """The algorithm that trains ``agent``'s calls (None: frozen or unmatched)."""
+        return self._rule(agent)[1]
+
+    def _rule(self, agent: str | None) -> tuple[str | None, StepAlgorithm | None]:
+        """The key ``agent`` matches (None: none) and its algorithm."""
         if agent in self._owner_cache:
             return self._owner_cache[agent]
-        found: StepAlgorithm | None = None
+        found: tuple[str | None, StepAlgorithm | None] = (None, None)
         if agent is not None and agent in self._exact:
-            found = self._exact[agent]
+            found = (agent, self._exact[agent])
         else:
             for pattern, algorithm in self._patterns:
                 if pattern == "*" or (agent is not None and fnmatch.fnmatchcase(agent, pattern)):
-                    found = algorithm
+                    found = (pattern, algorithm)
                     break
         self._owner_cache[agent] = found
         return found
+
+    def _check_calls(self, step: int, succeeded: int, by_agent: Counter[str | None]) -> None:
+        """Warn (once a run each) when a step's successful rollouts recorded no LLM call at all,
+        or when a key matched none of its calls: either way something trains on nothing."""
+        if not succeeded or all(isinstance(m.algorithm, Baseline) for m in self.members):
+            return
+        if not by_agent:
+            self._warn_once(
+                "no-calls",
+                f"step {step}: {succeeded} rollouts succeeded and recorded no LLM call: nothing "
+                "to learn from. agl sees an agent's calls through the gateway (an LLM resource "
+                "served by ctx.serve_llm) or an instrumentation: pass instrument=['openai'] (or "
+                "the agent framework's adapter, `agl plugins` lists them) to the Trainer, or "
+                "`import agl.auto` in the agent's module.",
+            )
+            return
+        matched = {self._rule(agent)[0] for agent in by_agent}
+        seen = ", ".join(sorted(agent or NO_AGENT for agent in by_agent))
+        for key, algorithm in self.rules:
+            if key not in matched:
+                what = "is frozen" if algorithm is None else "trained nothing"
+                self._warn_once(
+                    f"key:{key}",
+                    f"step {step}: agent key {key!r} matched none of the step's LLM calls (their "
+                    f"agents: {seen}); its algorithm {what}. Check the agent names "
+                    "(`agl rollouts show` prints them).",
+                )
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.warning("%s (said once a run)", message)
 
     async def run(self, ctx: AlgorithmContext) -> None:
         try:
@@ -259,6 +297,11 @@ class PerAgent(Algorithm):
         # Every agent's calls, trained or not: what a multi-agent run did, step by step.
         by_agent = Counter(
             call.agent or NO_AGENT for calls in extracted.values() for call in calls.calls
+        )
+        self._check_calls(
+            step,
+            sum(result.succeeded for result in results),
+            Counter(call.agent for calls in extracted.values() for call in calls.calls),
         )
         metrics.update({f"agents/{agent}/calls": float(n) for agent, n in sorted(by_agent.items())})
         updates: dict[str, Resource] = {}
