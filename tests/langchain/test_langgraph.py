@@ -308,3 +308,47 @@ async def test_with_the_openai_instrumentation_too_each_call_counts_once(
         ("writer", True),
         ("checker", True),
     ]
+
+
+async def test_a_failed_call_recorded_by_both_instrumentations_counts_once(
+    instrumented: LangChainInstrumentor,
+    store: MemoryStore,
+    tracer: agl.Tracer,
+    upstream: OpenAIServer,
+) -> None:
+    from agl import inspect
+    from agl.results import summarize
+    from agl.testing.openai_server import echo, error_reply
+
+    upstream.script = lambda body: error_reply(500, "the engine is down")
+    openai = OpenAIInstrumentation(tracer)
+    openai.instrument()
+    try:
+        with GatewayServer([upstream.url], store) as gateway:
+
+            async def agent(model: ChatOpenAI) -> None:
+                async def writer(state: State) -> State:
+                    with pytest.raises(Exception, match="the engine is down"):
+                        await model.ainvoke("write")
+                    return state
+
+                graph = StateGraph(State)
+                graph.add_node("writer", writer)
+                graph.add_edge(START, "writer")
+                graph.add_edge("writer", END)
+                await graph.compile().ainvoke({"text": "x"})
+
+            rollout_id, spans = await run(agent, store, tracer, gateway)
+    finally:
+        openai.uninstrument()
+        upstream.script = echo  # the module's server, as the other tests expect it
+    assert len(llm_spans(spans)) == 2  # LangChain's span and the client's, neither with an id
+    calls = extract_calls(spans)
+    assert [call.agent for call in calls.calls] == ["writer"]  # was: writer, and one of no agent
+    assert calls.counts["duplicate_llm_spans"] == 1
+    rollout = await store.get_rollout(rollout_id)
+    attempts = await store.query_attempts(rollout_id)
+    assert summarize(rollout, attempts, spans).llm_calls == 1
+    counts = inspect.llm_calls(spans)  # what `agl rollouts show` prints
+    assert counts["llm"]["calls"] == 1
+    assert counts["gateway"]["calls"] == 1

@@ -30,6 +30,7 @@ from agl import semconv
 from agl.results import final_reward, reward_of, span_type
 from agl.rollouts import Attempt, Rollout, RolloutPage
 from agl.spans import Span, StatusCode
+from agl.tracing.same_call import same_call_groups
 
 __all__ = [
     "SpanNode",
@@ -162,22 +163,32 @@ def llm_calls(spans: Sequence[Span]) -> dict[str, dict[str, int]]:
     """Count LLM calls and their tokens, separately for ``llm`` and ``gateway`` spans.
 
     The two are kept apart because the same call is often recorded twice, by the agent's
-    instrumentation and by the gateway; adding them up would count it twice.
+    instrumentation and by the gateway; adding them up would count it twice. A call two
+    instrumentations recorded (a LangChain model over the OpenAI client) is one ``llm`` call,
+    with the tokens its spans report (the largest count of them).
     """
     counts = {kind: {"calls": 0, "input_tokens": 0, "output_tokens": 0} for kind in _LLM_TYPES}
-    for span in spans:
-        kind = span_type(span)
-        if kind not in counts:
-            continue
-        counts[kind]["calls"] += 1
+    instrumented = [span for span in spans if span_type(span) == semconv.SPAN_TYPE_LLM]
+    gateway = [[span] for span in spans if span_type(span) == semconv.SPAN_TYPE_GATEWAY]
+    for kind, calls in (
+        (semconv.SPAN_TYPE_LLM, same_call_groups(instrumented)),
+        (semconv.SPAN_TYPE_GATEWAY, gateway),
+    ):
+        counts[kind]["calls"] = len(calls)
         for name, key in (
             ("input_tokens", semconv.GEN_AI_USAGE_INPUT_TOKENS),
             ("output_tokens", semconv.GEN_AI_USAGE_OUTPUT_TOKENS),
         ):
-            value = span.attributes.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                counts[kind][name] += value
+            counts[kind][name] = sum(max(map(_tokens(key), group)) for group in calls)
     return counts
+
+
+def _tokens(key: str) -> Any:
+    def read(span: Span) -> int:
+        value = span.attributes.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    return read
 
 
 def _rewards(attempts: Sequence[Attempt], spans: Sequence[Span]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from agl import semconv
 from agl.rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
 from agl.spans import Span
 from agl.store.base import Store
+from agl.tracing.same_call import same_call_groups
 
 __all__ = ["RolloutResult", "fetch_results", "final_reward", "reward_of", "span_type", "summarize"]
 
@@ -75,18 +76,10 @@ def final_reward(spans: Sequence[Span]) -> float | None:
 
 
 def _instrumented_calls(spans: list[Span]) -> int:
-    """LLM spans, a call two instrumentations recorded (same response id) counted once."""
-    ids: set[object] = set()
-    without_id = 0
-    for span in spans:
-        if span_type(span) != semconv.SPAN_TYPE_LLM:
-            continue
-        response_id = span.attributes.get(semconv.GEN_AI_RESPONSE_ID)
-        if response_id is None:
-            without_id += 1
-        else:
-            ids.add(response_id)
-    return len(ids) + without_id
+    """LLM calls, a call two instrumentations recorded counted once."""
+    return len(
+        same_call_groups([span for span in spans if span_type(span) == semconv.SPAN_TYPE_LLM])
+    )
 
 
 def summarize(rollout: Rollout, attempts: list[Attempt], spans: list[Span]) -> RolloutResult:

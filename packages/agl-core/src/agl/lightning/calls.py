@@ -8,9 +8,11 @@ pairs the two, decides which agent each call belongs to and which rewards follow
 - **Join** on the response id (``gen_ai.response.id``, recorded on both sides). A gateway span
   whose twin has no response id (or that has none itself) is paired with the next unpaired
   instrumented span in call order; a call seen on one side only is kept with what that side
-  knows. An LLM span is recognised by semantic conventions (:func:`~agl.tracing.normalize.
-  is_llm_span`: ``agl.span.type``, ``gen_ai.operation.name``, ``gen_ai.system``), never by its
-  name, so tool-calling and structured-output calls of every framework count.
+  knows. A call two instrumentations recorded counts once
+  (:func:`~agl.tracing.same_call.same_call_groups`). An LLM span is recognised by semantic
+  conventions (:func:`~agl.tracing.normalize.is_llm_span`: ``agl.span.type``,
+  ``gen_ai.operation.name``, ``gen_ai.system``), never by its name, so tool-calling and
+  structured-output calls of every framework count.
 - **Repair** the span tree: a span whose parent is missing from the attempt, or whose parent's
   time range does not contain it (context lost across a thread or a callback), is re-attached
   to the innermost span that does contain it.
@@ -34,6 +36,7 @@ from typing import Any
 from agl import semconv
 from agl.spans import Span
 from agl.tracing.normalize import is_llm_span
+from agl.tracing.same_call import same_call_groups
 
 __all__ = ["AttemptCalls", "LLMCall", "extract_calls"]
 
@@ -265,34 +268,23 @@ def _one_span_per_response(
     named: dict[str, str],
     counts: dict[str, int],
 ) -> list[Span]:
-    """One instrumented span per response id: the one inside an agent, else the first.
+    """One instrumented span per call: the first inside an agent, else the first.
 
     Two instrumentations can record the same call (a LangChain chat model and the OpenAI client
-    it drives), and the inner span need not be the child of the outer one (openinference does
-    not make its spans current), so they are matched on the response id the server sent.
+    it drives); :func:`~agl.tracing.same_call.same_call_groups` tells which spans are one call
+    (the response id, or for a failed call, time and input messages).
     """
-    chosen: dict[Any, Span] = {}
-    for span in llm:
-        response_id = span.attributes.get(_RESPONSE_ID)
-        if response_id is None:
-            continue
-        kept = chosen.get(response_id)
-        if kept is None:
-            chosen[response_id] = span
-            continue
-        counts["duplicate_llm_spans"] += 1
-        if (
-            _agent_of(kept.span_id, parents, named) is None
-            and _agent_of(span.span_id, parents, named) is not None
-        ):
-            chosen[response_id] = span
+    kept: set[str] = set()
+    for group in same_call_groups(llm):
+        counts["duplicate_llm_spans"] += len(group) - 1
+        chosen = next(
+            (span for span in group if _agent_of(span.span_id, parents, named) is not None),
+            group[0],
+        )
+        kept.add(chosen.span_id)
     if not counts["duplicate_llm_spans"]:
         return llm
-    return [
-        span
-        for span in llm
-        if (response_id := span.attributes.get(_RESPONSE_ID)) is None or chosen[response_id] is span
-    ]
+    return [span for span in llm if span.span_id in kept]
 
 
 def _join(
