@@ -108,3 +108,33 @@ def agl_apo_default() -> agl.Algorithm:
     from agl_apo import APO
 
     return APO(console=False, plot=False)
+
+
+def test_an_async_openai_client_is_the_optimizer(rig: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import openai
+
+    from agl_apo import APO
+
+    for name in ("AGL_APO_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    client = openai.AsyncOpenAI(base_url=rig.server.url, api_key="k", max_retries=0)
+    # As Agent Lightning writes it: the client first.
+    apo = APO(client, model="optimizer", console=False, plot=False, batch_size=2, val_size=2)
+    assert apo.client is client
+    assert apo.resources is None
+    run = rig.fit(apo, rig.tmp_path / "run", rig.tasks("alpha", "beta"), rig.tasks("alpha"))
+    assert rig.script.calls  # the optimizer was asked, through the given client
+    assert run.states()[-1].candidates
+    assert not client.is_closed()  # the caller's client is the caller's to close
+    assert APO(client=client, resources="prompt").resources == ["prompt"]
+
+
+def test_a_client_apo_cannot_use_is_named() -> None:
+    import openai
+
+    from agl_apo import APO
+
+    with pytest.raises(agl.InvalidInputError, match=r"pass an openai\.AsyncOpenAI client"):
+        APO(openai.OpenAI(api_key="k"))
+    with pytest.raises(agl.InvalidInputError, match="got int"):
+        APO(42)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -36,6 +36,7 @@ from agl_apo.meta_prompts import MetaPrompts
 from agl_apo.optimizer import (
     DEFAULT_MODEL,
     MODEL_ENV,
+    Endpoint,
     OptimizerClient,
     TokenBudget,
     resolve_endpoint,
@@ -43,6 +44,9 @@ from agl_apo.optimizer import (
 from agl_apo.report import Report
 from agl_apo.search import Search, Settings
 from agl_apo.state import APOState, checkpoint_id, find_checkpoint, run_key, tasks_digest
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 __all__ = ["APO"]
 
@@ -58,6 +62,12 @@ class APO(StepAlgorithm):
     Args:
         resources: The :class:`~agl.PromptTemplate` resources to optimize (a name or a list).
             None: the run's only PromptTemplate; with several, say which (an error lists them).
+            An ``openai.AsyncOpenAI`` client here is taken as ``client`` (``APO(AsyncOpenAI())``
+            as Agent Lightning writes it).
+        client: An ``openai.AsyncOpenAI`` client whose settings (base URL, key, headers, timeout,
+            retries) APO calls the optimizer model with, in place of ``base_url`` / ``api_key``.
+            APO opens its own connections in the run's event loop and leaves this client as it
+            is (the caller's to close).
         base_url: The optimizer's OpenAI-compatible endpoint (``.../v1``). None:
             ``$AGL_APO_BASE_URL``, else ``$OPENAI_BASE_URL``, else OpenAI's API.
         api_key: Its key. None: ``$<api_key_env>``, else none (fine for local servers).
@@ -113,8 +123,9 @@ class APO(StepAlgorithm):
 
     def __init__(
         self,
-        resources: str | Sequence[str] | None = None,
+        resources: str | Sequence[str] | AsyncOpenAI | None = None,
         *,
+        client: AsyncOpenAI | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
@@ -152,7 +163,7 @@ class APO(StepAlgorithm):
         plot: bool = True,
         metrics_prefix: str = "apo/",
     ) -> None:
-        names = [resources] if isinstance(resources, str) else resources
+        self.client, names = _client_and_names(resources, client)
         if names is not None and (not names or not all(isinstance(n, str) and n for n in names)):
             raise InvalidInputError(
                 "resources must name one or more PromptTemplate resources",
@@ -258,7 +269,10 @@ class APO(StepAlgorithm):
             seed = ctx.resources[name]
             assert isinstance(seed, PromptTemplate)
             seeds[name] = seed
-        endpoint = resolve_endpoint(self.base_url, self.api_key, self.api_key_env)
+        if self.client is not None:
+            endpoint = Endpoint(str(self.client.base_url), self.client.api_key, "client=")
+        else:
+            endpoint = resolve_endpoint(self.base_url, self.api_key, self.api_key_env)
         tasks, source = (ctx.val_tasks, "val") if ctx.val_tasks else (ctx.train_tasks, "train")
         if not tasks:
             raise InvalidInputError("APO needs tasks to score candidates on", field="val_tasks")
@@ -316,6 +330,7 @@ class APO(StepAlgorithm):
             temperature=self.temperature,
             budget=TokenBudget(self.max_optimizer_tokens, used=state.optimizer_tokens),
             concurrency=self.concurrency,
+            client=self.client,
         )
         self.search = Search(
             state, settings, optimizer, self.meta_prompts, seeds, tasks, self._state_name
@@ -463,3 +478,34 @@ def _console(option: bool | Console | None) -> Console | None:
     if isinstance(option, Console):
         return option
     return Console(stderr=True) if option else None
+
+
+def _client_and_names(
+    resources: object, client: object
+) -> tuple[AsyncOpenAI | None, Sequence[str] | None]:
+    """APO's first argument read as resource names, or as the client when it is one."""
+    if resources is not None and not isinstance(resources, str | Sequence):
+        return _as_client(resources, client), None
+    names = [resources] if isinstance(resources, str) else resources
+    return (None if client is None else _as_client(client, None)), names
+
+
+def _as_client(given: object, other: object) -> AsyncOpenAI:
+    """``given`` as the optimizer's client, or a clear error naming what it is."""
+    import openai
+
+    if isinstance(given, openai.AsyncOpenAI):
+        if other is not None and other is not given:
+            raise InvalidInputError("APO got two clients (positional and client=)", field="client")
+        return given
+    if isinstance(given, openai.OpenAI):
+        raise InvalidInputError(
+            "APO calls its optimizer asynchronously: pass an openai.AsyncOpenAI client, not "
+            "openai.OpenAI",
+            field="client",
+        )
+    raise InvalidInputError(
+        f"APO's first argument names the PromptTemplate resources to optimize (a name or a "
+        f"list of names) or is an openai.AsyncOpenAI client; got {type(given).__name__}",
+        field="resources",
+    )

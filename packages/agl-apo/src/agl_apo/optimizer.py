@@ -21,9 +21,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agl.errors import AglError, InvalidInputError
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "BASE_URL_ENV",
@@ -186,6 +189,10 @@ class OptimizerClient:
         temperature: Sent when not None.
         budget: The token budget calls count against.
         concurrency: Calls in flight at most.
+        client: A client of the caller's whose settings to use (base URL, key, organization,
+            project, headers, timeout, retries). The calls go through a client of this object's
+            own, opened and closed in the run's event loop: the caller's client may have been
+            made outside it, and stays the caller's to close.
     """
 
     def __init__(
@@ -198,6 +205,7 @@ class OptimizerClient:
         temperature: float | None,
         budget: TokenBudget,
         concurrency: int,
+        client: openai.AsyncOpenAI | None = None,
     ) -> None:
         import openai
 
@@ -209,12 +217,24 @@ class OptimizerClient:
         self.calls = 0
         """Requests sent (failed ones included)."""
         self._limit = asyncio.Semaphore(concurrency)
-        self._client = openai.AsyncOpenAI(
-            base_url=endpoint.base_url,
-            api_key=endpoint.api_key,
-            timeout=timeout,
-            max_retries=max_retries,
-        )
+        if client is not None:
+            self._client = openai.AsyncOpenAI(
+                base_url=client.base_url,
+                api_key=client.api_key,
+                organization=client.organization,
+                project=client.project,
+                # the headers the caller gave (default_headers adds the client's own)
+                default_headers=getattr(client, "_custom_headers", None) or None,
+                timeout=client.timeout,
+                max_retries=client.max_retries,
+            )
+        else:
+            self._client = openai.AsyncOpenAI(
+                base_url=endpoint.base_url,
+                api_key=endpoint.api_key,
+                timeout=timeout,
+                max_retries=max_retries,
+            )
 
     async def complete(self, model: str, messages: list[dict[str, str]]) -> Completion:
         """Ask ``model``; return the reply's text and the tokens used.
