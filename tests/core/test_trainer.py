@@ -288,3 +288,23 @@ def test_an_error_from_fit_is_the_first_thing_its_traceback_says(tmp_path: Path)
     text = "".join(traceback.format_exception(caught.value))
     assert "no running event loop" not in text
     assert "During handling of the above exception" not in text
+
+
+def test_runner_processes_without_the_server_extra_name_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+
+    def without_fastapi(name: str, *args: Any) -> Any:
+        return None if name == "fastapi" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_fastapi)
+    trainer = agl.Trainer(agl.Baseline(), n_runners=8, run_dir=tmp_path / "run", console=False)
+    with pytest.raises(agl.AglError) as caught:
+        trainer.fit(scored, [{"x": 1}])
+    message = str(caught.value)
+    assert "n_runners=8 serves the store to the runner processes over HTTP" in message
+    assert "fastapi not installed" in message
+    assert "pip install 'agl-core[server]'" in message

@@ -70,9 +70,12 @@ def store_serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve a store over HTTP for runners and trainers on other processes or machines."""
-    from agl.store.serve import check_bind_address, serve
-
     try:
+        from agl.server_thread import require_server_extra
+
+        require_server_extra("agl store serve")
+        from agl.store.serve import check_bind_address, serve
+
         check_bind_address(host, token)
         console.print(
             f"[bold]agl store[/] serving [cyan]{db}[/] on http://{host}:{port}"
@@ -148,10 +151,13 @@ def gateway_serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
-    from agl.gateway.serve import check_bind_address, serve
-    from agl.store import open_store
-
     try:
+        from agl.server_thread import require_server_extra
+
+        require_server_extra("agl gateway serve")
+        from agl.gateway.serve import check_bind_address, serve
+        from agl.store import open_store
+
         check_bind_address(host, token)
         if store.startswith("memory:"):
             raise InvalidInputError(

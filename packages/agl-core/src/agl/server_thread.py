@@ -14,7 +14,31 @@ from typing import Any, Self
 
 from agl.errors import AglError
 
-__all__ = ["ServerThread"]
+__all__ = ["ServerThread", "require_server_extra"]
+
+_SERVER_MODULES = ("fastapi", "uvicorn")
+
+
+def require_server_extra(purpose: str) -> None:
+    """Fail with the install command when agl's HTTP servers cannot run here.
+
+    The store server, the gateway and their CLI commands need FastAPI and uvicorn, which
+    ``agl-core`` installs only with its ``server`` extra.
+
+    Args:
+        purpose: What needs a server, for the message ("n_runners=8 serves the store ...").
+
+    Raises:
+        AglError: FastAPI or uvicorn is not installed.
+    """
+    import importlib.util
+
+    missing = [name for name in _SERVER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise AglError(
+            f"{purpose}, which needs agl's HTTP server ({', '.join(missing)} not installed): "
+            "pip install 'agl-core[server]'"
+        )
 
 
 class ServerThread(abc.ABC):

@@ -431,6 +431,11 @@ class _Runners:
             return
         url, token = self.store.url, None
         if not url.startswith(("http://", "https://")):
+            from agl.server_thread import require_server_extra
+
+            require_server_extra(
+                f"n_runners={self.count} serves the store to the runner processes over HTTP"
+            )
             from agl.store.serve import StoreServer
 
             token = secrets.token_urlsafe(16)
@@ -520,6 +525,9 @@ class _GatewayStarter:
         self.servers: dict[tuple[str, ...], Any] = {}
 
     async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
+        from agl.server_thread import require_server_extra
+
+        require_server_extra("serving an LLM through agl's gateway (ctx.serve_llm)")
         from agl.gateway.serve import GatewayServer
 
         key = tuple(upstreams)
