@@ -395,3 +395,26 @@ def test_a_run_whose_rollouts_record_no_llm_call_is_warned_about(
         caplog.clear()
         baseline.fit(agent, ["a"])  # a baseline learns nothing: no warning
         assert not [r for r in caplog.records if "recorded no LLM call" in r.getMessage()]
+
+
+def test_an_algorithms_own_agents_rule_narrows_what_it_trains(tmp_path: Path) -> None:
+    with OpenAIServer(echo) as server:
+        writer = WriterRL(server.url)
+        writer.lightning = LightningRL(agents="re:wri.*")  # alone in the run: owns every call
+        trainer = agl.Trainer(
+            writer,
+            resources={
+                "checker_llm": LLM(endpoint=server.url, model="m"),
+                "checker_prompt": PromptTemplate(template="check: {text}"),
+            },
+            run_dir=tmp_path / "run",
+            console=False,
+            plot=False,
+            instrument=["openai"],
+        )
+        trainer.fit(pipeline, ["a", "b"])
+    [batch] = writer.batches
+    assert batch.transitions is not None
+    assert {t.agent for t in batch.transitions} == {"writer"}  # was: every agent's calls
+    # 2 tasks x 2 samples, each with a checker and a narrator call
+    assert batch.transitions.report.notes["other_agents_calls"] == 4 * 2

@@ -297,3 +297,20 @@ def test_tool_calling_and_structured_output_calls_count(tmp_path: Path) -> None:
     assert [t.agent for t in batch] == ["tooler", "parser"] * 4
     assert batch.report.notes["joined_by_order"] == 0
     assert batch.report.notes["gateway_only"] == 0
+
+
+def test_agent_rules_take_names_patterns_and_regular_expressions() -> None:
+    from agl.lightning import AgentSelector
+
+    selector = AgentSelector(["planner", "writer*", "re:(sql|rewrite)_agent"])
+    assert [selector(name) for name in ("planner", "writer-2", "sql_agent", "rewrite_agent")] == [
+        True,
+        True,
+        True,
+        True,
+    ]
+    assert not selector("sql_agent_2")  # a regular expression matches the whole name
+    assert not selector("checker")
+    assert not selector(None)
+    with pytest.raises(agl.InvalidInputError, match="not a valid regular expression"):
+        AgentSelector("re:(unclosed")

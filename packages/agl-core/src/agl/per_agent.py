@@ -320,8 +320,14 @@ class PerAgent(Algorithm):
             ]
             transitions = None
             if algorithm.lightning is not None:
+                rule = algorithm.lightning.selector
+
+                def trained(agent: str | None, owned: Any = mine, rule: Any = rule) -> bool:
+                    # its agents in this run, narrowed by its own LightningRL(agents=...)
+                    return bool(owned(agent) and rule(agent))
+
                 transitions = algorithm.lightning.build(
-                    results, step=step, calls=extracted, select=mine
+                    results, step=step, calls=extracted, select=trained
                 )
             batch = StepBatch(step, epoch, results, calls, transitions)
             new = dict(await algorithm.step(member.ctx or ctx, batch) or {})

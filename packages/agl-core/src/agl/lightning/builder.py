@@ -19,6 +19,7 @@ reason in :attr:`TransitionBatch.report`, never raised.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -47,10 +48,14 @@ rollout cancelled or handed back. Rollouts ending so are dropped, never trained 
 
 
 class AgentSelector:
-    """Which agents a rule covers: exact names and shell-style patterns (``"writer*"``).
+    """Which agents a rule covers: exact names, shell-style patterns (``"writer*"``) and
+    regular expressions (``"re:writer|rewriter"``, matched against the whole name).
 
     ``"*"`` (or None) covers every agent, including calls no agent span encloses (agent None);
     any other rule covers named agents only.
+
+    Raises:
+        InvalidInputError: a rule is empty, or a ``re:`` rule is not a valid expression.
     """
 
     def __init__(self, agents: str | Sequence[str] | None) -> None:
@@ -66,8 +71,9 @@ class AgentSelector:
             )
         self.rules = agents
         self.everything = "*" in agents
-        self._exact = {agent for agent in agents if not is_pattern(agent)}
-        self._patterns = [agent for agent in agents if is_pattern(agent)]
+        self._regexes = [_regex(agent) for agent in agents if agent.startswith(_REGEX)]
+        self._exact = {a for a in agents if not is_pattern(a) and not a.startswith(_REGEX)}
+        self._patterns = [a for a in agents if is_pattern(a) and not a.startswith(_REGEX)]
         self._cache: dict[str | None, bool] = {}
 
     def __call__(self, agent: str | None) -> bool:
@@ -78,14 +84,30 @@ class AgentSelector:
             elif agent is None:
                 found = False
             else:
-                found = agent in self._exact or any(
-                    fnmatch.fnmatchcase(agent, pattern) for pattern in self._patterns
+                found = (
+                    agent in self._exact
+                    or any(fnmatch.fnmatchcase(agent, pattern) for pattern in self._patterns)
+                    or any(regex.fullmatch(agent) for regex in self._regexes)
                 )
             self._cache[agent] = found
         return found
 
     def __repr__(self) -> str:
         return f"AgentSelector({self.rules!r})"
+
+
+_REGEX = "re:"
+
+
+def _regex(rule: str) -> re.Pattern[str]:
+    try:
+        return re.compile(rule.removeprefix(_REGEX))
+    except re.error as exc:
+        raise InvalidInputError(
+            f"agent rule {rule!r} is not a valid regular expression: {exc}",
+            field="agents",
+            value=rule,
+        ) from None
 
 
 def is_pattern(text: str) -> bool:
