@@ -26,7 +26,7 @@ from rich.table import Table
 import agl
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, Span, semconv
 
-console = Console()
+console = Console(soft_wrap=True)  # lines are never broken mid-path; tables fit the width
 
 
 def free_port() -> int:

@@ -9,8 +9,14 @@ echo "== ruff";   uv run --no-sync ruff check .
 echo "== format"; uv run --no-sync ruff format --check .
 echo "== mypy";   uv run --no-sync mypy
 echo "== pytest"
+# Tests must not depend on the terminal's width or the temp path's length: they run here in a
+# 40-column terminal with a temp path of ~200 characters, so a test that does fails in CI, not
+# on a user's machine. (A test that reads a rich table sets the width it reads at.)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+basetemp="$scratch/$(printf 'a-long-temporary-path-%.0s' 1 2 3 4 5 6 7)"
 status=0
-uv run --no-sync pytest "$@" || status=$?
+COLUMNS=40 uv run --no-sync pytest --basetemp "$basetemp" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure here" >&2
 fi

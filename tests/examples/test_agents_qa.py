@@ -272,8 +272,12 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
 
 
 def test_the_script_prints_the_table_per_agent(
-    agents_adapter: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    agents_adapter: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with _our_stand_in():
         run.main(["--run-dir", str(tmp_path), "--quiet"])
     out = capsys.readouterr().out

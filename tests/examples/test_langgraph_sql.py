@@ -170,8 +170,12 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
 
 
 def test_the_script_prints_the_table_per_agent(
-    langchain_adapter: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    langchain_adapter: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     run.main(["--run-dir", str(tmp_path), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:7:2] for line in out.splitlines() if "│" in line}

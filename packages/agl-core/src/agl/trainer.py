@@ -305,13 +305,18 @@ class Trainer:
             value = result.last(key)
             if value is not None:
                 table.add_row(f"last {key}", f"{value:.4f}")
-        table.add_row("run dir", str(result.run_dir))
-        table.add_row("inspect", f"agl rollouts list --store {result.store_url}")
         self.console.print(table)
+        # Paths and commands on lines of their own that rich never breaks, so they copy whole.
+        self.console.print(f"run dir: {result.run_dir}", soft_wrap=True, highlight=False)
+        self.console.print(
+            f"inspect: agl rollouts list --store {result.store_url}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
     def _say(self, message: str) -> None:
         if self.console is not None:
-            self.console.print(message)
+            self.console.print(message, soft_wrap=True)
 
     @contextlib.contextmanager
     def _progress_bar(self, label: str, total: int) -> Iterator[_Bar]:

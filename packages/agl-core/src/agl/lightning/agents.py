@@ -62,7 +62,9 @@ def agents_table(stats: Mapping[str, AgentStats]) -> Table:
 
     table = Table(title="LLM calls per agent", title_justify="left")
     for column in ("agent", "LLM calls", "rollouts", "mean reward"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
+        # an agent's name is folded onto more lines, never cut short with an ellipsis
+        left = column == "agent"
+        table.add_column(column, justify="left" if left else "right", overflow="fold")
     for agent, entry in sorted(stats.items()):
         table.add_row(agent, str(entry.calls), str(entry.rollouts), f"{entry.mean_reward:.3f}")
     return table
@@ -80,7 +82,9 @@ def agent_steps_table(rows: Iterable[Mapping[str, Any]]) -> Table:
 
     table = Table(title="LLM calls and transitions per agent", title_justify="left")
     for column in ("step", "agent", "LLM calls", "transitions"):
-        table.add_column(column, justify="left" if column == "agent" else "right")
+        # an agent's name is folded onto more lines, never cut short with an ellipsis
+        left = column == "agent"
+        table.add_column(column, justify="left" if left else "right", overflow="fold")
     for row in rows:
         agents = sorted(
             key.split("/")[1] for key in row if key.startswith("agents/") and key.endswith("/calls")
