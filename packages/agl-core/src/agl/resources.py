@@ -260,7 +260,18 @@ class ResourcesUpdate(BaseModel):
     resources_id: str
     version: int = Field(ge=1)
     create_time: float = Field(default_factory=time.time)
-    resources: dict[str, SerializeAsAny[Resource]]
+    resources: dict[str, SerializeAsAny[Resource]] = Field(
+        # In JSON each member is its type's fields under a "type" tag; the schema says so
+        # (the Resource base alone would forbid every field but "type").
+        json_schema_extra={
+            "additionalProperties": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {"type": {"type": "string", "minLength": 1}},
+                "additionalProperties": True,
+            }
+        }
+    )
 
     @field_validator("resources", mode="before")
     @classmethod

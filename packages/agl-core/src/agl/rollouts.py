@@ -40,10 +40,11 @@ Rollout statuses::
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, field_validator
 
 __all__ = [
     "Attempt",
@@ -124,6 +125,11 @@ class RolloutConfig(BaseModel):
     retry_on: frozenset[AttemptStatus] = Field(
         default=RETRYABLE_OUTCOMES,
         description="Attempt outcomes that lead to another attempt while tries are left.",
+        # The schema says which outcomes are accepted (the validator below enforces it).
+        json_schema_extra={
+            "items": {"enum": [str(status.value) for status in sorted(RETRYABLE_OUTCOMES)]},
+            "uniqueItems": True,
+        },
     )
 
     @field_validator("retry_on")
@@ -136,6 +142,18 @@ class RolloutConfig(BaseModel):
                 f"{sorted(status.value for status in RETRYABLE_OUTCOMES)}"
             )
         return value
+
+
+_ID_CHARS = r"/%?#\s\x00-\x1f\x7f-\x9f"
+ROLLOUT_ID_PATTERN = (
+    f"^(?:[^.{_ID_CHARS}]|[^.{_ID_CHARS}][^{_ID_CHARS}]|[^{_ID_CHARS}][^.{_ID_CHARS}]"
+    f"|[^{_ID_CHARS}]{{3,}})$"
+)
+"""What a rollout id may be: one URL path segment as it is (no ``/``, ``%``, ``?``, ``#``,
+whitespace or control characters), and not ``.`` or ``..``. In the store server's OpenAPI
+document too, so clients and fuzzers know."""
+_ROLLOUT_ID = re.compile(ROLLOUT_ID_PATTERN)
+_ID_CHAR = re.compile(f"[^{_ID_CHARS}]")
 
 
 class RolloutRequest(BaseModel):
@@ -154,14 +172,22 @@ class RolloutRequest(BaseModel):
     config: RolloutConfig = Field(default_factory=RolloutConfig)
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     resources_id: str | None = None
-    rollout_id: str | None = Field(default=None, min_length=1, max_length=128)
+    rollout_id: (
+        Annotated[
+            str,
+            WithJsonSchema(
+                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
+            ),
+        ]
+        | None
+    ) = Field(default=None, min_length=1, max_length=128)
 
     @field_validator("rollout_id")
     @classmethod
     def _addressable(cls, value: str | None) -> str | None:
-        if value is None:
+        if value is None or _ROLLOUT_ID.fullmatch(value):
             return value
-        bad = sorted({c for c in value if c in "/%?#" or c.isspace() or not c.isprintable()})
+        bad = sorted({c for c in value if not _ID_CHAR.fullmatch(c)})
         if bad or value in (".", ".."):
             what = f"holds {', '.join(repr(c) for c in bad)}" if bad else f"is {value!r}"
             raise ValueError(

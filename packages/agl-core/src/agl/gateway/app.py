@@ -37,7 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agl.errors import AglError, InvalidInputError, NotFoundError
-from agl.gateway import paths
+from agl.gateway import openapi, paths
 from agl.gateway.record import CallRecord
 from agl.resources import LLM
 from agl.server_auth import BearerTokenMiddleware
@@ -149,7 +149,7 @@ class Gateway:
         async def health() -> dict[str, Any]:
             return {"status": "ok", "upstreams": self.upstreams}
 
-        @app.get(_PREFIX + "/models")
+        @app.get(_PREFIX + "/models", responses=openapi.ERRORS)
         async def models(rollout_id: str, attempt_id: str, request: Request) -> Response:
             upstream = self.upstream_for(rollout_id)
             try:
@@ -161,7 +161,7 @@ class Gateway:
                 return _error(502, f"upstream {upstream} unreachable: {exc}", "upstream_error")
             return Response(content, status, media_type="application/json")
 
-        @app.post(paths.FLUSH)
+        @app.post(paths.FLUSH, responses=openapi.FLUSH_RESPONSES)
         async def flush(rollout_id: str, attempt_id: str) -> Response:
             # Every call answered so far was submitted before its answer went out: once the
             # sender has settled what it holds now, the attempt's calls are in the store.
@@ -170,11 +170,19 @@ class Gateway:
             message = f"the store did not take the recorded calls within {self._flush_timeout} s"
             return _error(504, message, "store_error")
 
-        @app.post(_PREFIX + "/chat/completions")
+        @app.post(
+            _PREFIX + "/chat/completions",
+            openapi_extra=openapi.CHAT_REQUEST,
+            responses=openapi.OPENAI_RESPONSES,
+        )
         async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
             return await self._call("chat", rollout_id, attempt_id, request)
 
-        @app.post(_PREFIX + "/completions")
+        @app.post(
+            _PREFIX + "/completions",
+            openapi_extra=openapi.COMPLETIONS_REQUEST,
+            responses=openapi.OPENAI_RESPONSES,
+        )
         async def completions(rollout_id: str, attempt_id: str, request: Request) -> Response:
             return await self._call("completions", rollout_id, attempt_id, request)
 

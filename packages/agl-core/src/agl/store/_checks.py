@@ -10,6 +10,13 @@ from agl.resources import Resource
 
 T = TypeVar("T")
 
+MAX_WAIT_SECONDS = 3600.0
+"""The longest ``dequeue_rollouts(wait=)`` / ``wait_for_rollouts(timeout=)`` any store takes."""
+
+MAX_POLL_SECONDS = 60.0
+"""The longest the store server holds one long-poll request; more is a 400. The HTTP client
+waits longer by polling again, so a store's callers see no difference."""
+
 
 def as_list(values: object, field: str, item_type: type[T]) -> list[T]:
     """Check a batch argument: a sequence whose items all have the expected type."""

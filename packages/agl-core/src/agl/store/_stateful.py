@@ -33,13 +33,11 @@ from agl.rollouts import (
 )
 from agl.spans import Span
 from agl.store import _engine as engine
-from agl.store._checks import as_list, as_resources
+from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
 from agl.store._tx import Transaction
 from agl.store.base import ClosingStore, StoreStatistics
 
 T = TypeVar("T")
-
-MAX_WAIT_SECONDS = 3600.0
 
 
 class _Notifier:

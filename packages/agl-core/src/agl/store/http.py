@@ -42,7 +42,7 @@ from agl.rollouts import (
     new_id,
 )
 from agl.spans import Span
-from agl.store._checks import as_list, as_resources
+from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS, as_list, as_resources
 from agl.store.base import ClosingStore, StoreStatistics
 
 if TYPE_CHECKING:
@@ -219,14 +219,19 @@ class HttpStore(ClosingStore):
     async def dequeue_rollouts(
         self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
     ) -> list[Claim]:
-        data = await self._request(
-            "POST",
-            "/v1/rollouts/dequeue",
-            json={"limit": limit, "worker_id": worker_id, "wait": wait},
-            idempotent=False,  # a lost claim would sit until its attempt is given up on
-            wait=wait if isinstance(wait, int | float) else 0.0,
-        )
-        return _claims.validate_python(data["claims"])
+        # The server holds one poll for at most MAX_POLL_SECONDS: a longer wait is several.
+        for poll in _polls(wait):
+            data = await self._request(
+                "POST",
+                "/v1/rollouts/dequeue",
+                json={"limit": limit, "worker_id": worker_id, "wait": poll},
+                idempotent=False,  # a lost claim would sit until its attempt is given up on
+                wait=poll if isinstance(poll, int | float) else 0.0,
+            )
+            claims = _claims.validate_python(data["claims"])
+            if claims:
+                break
+        return claims
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         return Rollout.model_validate(
@@ -276,16 +281,18 @@ class HttpStore(ClosingStore):
         return Rollout.model_validate(data)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
-        data = await self._request(
-            "POST",
-            "/v1/rollouts/wait",
-            json={
-                "rollout_ids": list(as_list(rollout_ids, "rollout_ids", str)),
-                "timeout": timeout,
-            },
-            wait=timeout if isinstance(timeout, int | float) else 0.0,
-        )
-        return _rollouts.validate_python(data["rollouts"])
+        ids = list(as_list(rollout_ids, "rollout_ids", str))
+        for poll in _polls(timeout):
+            data = await self._request(
+                "POST",
+                "/v1/rollouts/wait",
+                json={"rollout_ids": ids, "timeout": poll},
+                wait=poll if isinstance(poll, int | float) else 0.0,
+            )
+            finished = _rollouts.validate_python(data["rollouts"])
+            if len({rollout.rollout_id for rollout in finished}) == len(set(ids)):
+                break
+        return finished
 
     # --- spans ------------------------------------------------------------------------------
 
@@ -399,3 +406,16 @@ def _seg(value: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"expected a non-empty id string, got {value!r}", value=value)
     return quote(value, safe="")
+
+
+def _polls(wait: Any) -> list[Any]:
+    """A wait as the server's long polls: pieces of at most ``MAX_POLL_SECONDS``. A value the
+    store refuses (negative, over an hour, not a number) goes as it is, for the server's 400."""
+    if (
+        isinstance(wait, bool)
+        or not isinstance(wait, int | float)
+        or not MAX_POLL_SECONDS < wait <= MAX_WAIT_SECONDS
+    ):
+        return [wait]
+    whole, rest = divmod(float(wait), MAX_POLL_SECONDS)
+    return [MAX_POLL_SECONDS] * int(whole) + ([rest] if rest > 0 else [])

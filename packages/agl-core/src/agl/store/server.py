@@ -54,6 +54,7 @@ from agl.rollouts import (
 )
 from agl.server_auth import BearerTokenMiddleware
 from agl.spans import Span
+from agl.store._checks import MAX_POLL_SECONDS
 from agl.store.base import Store, StoreStatistics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
@@ -63,6 +64,7 @@ logger = logging.getLogger("agl.store.server")
 M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
 _JSON = "application/json"
 
 Scope = MutableMapping[str, Any]
@@ -87,10 +89,16 @@ class RolloutsBody(_Body):
     rollouts: list[Rollout]
 
 
+_POLL = (
+    f"Seconds to hold the request at most (a long poll), at most {MAX_POLL_SECONDS:g}: "
+    "wait longer by asking again."
+)
+
+
 class DequeueBody(_Body):
     limit: int = Field(default=1, ge=1, le=10_000)
     worker_id: str | None = None
-    wait: float = Field(default=0.0, ge=0, le=3600)
+    wait: float = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
 
 
 class ClaimsBody(_Body):
@@ -99,7 +107,7 @@ class ClaimsBody(_Body):
 
 class WaitBody(_Body):
     rollout_ids: list[str]
-    timeout: float = Field(ge=0, le=3600)
+    timeout: float = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
 
 
 class AttemptUpdateBody(_Body):
@@ -120,8 +128,19 @@ class SequenceIdsBody(_Body):
     sequence_ids: list[int]
 
 
+class ResourceJson(BaseModel):
+    """One resource as JSON: a ``type`` tag (``llm``, ``prompt_template``, or a plugin's) and
+    that type's fields. A type this server does not know is kept as it is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(min_length=1)
+
+
 class ResourcesBody(_Body):
-    resources: dict[str, Any] = Field(description="name -> resource object with a 'type' tag")
+    resources: dict[Annotated[str, Field(min_length=1)], ResourceJson] = Field(
+        description="name (not empty) -> resource, by its type tag"
+    )
     resources_id: str | None = None
 
 
@@ -241,7 +260,7 @@ def create_app(
 
     @app.post("/v1/resources", tags=["resources"])
     async def add_resources(body: ResourcesBody) -> ResourcesUpdate:
-        parsed = _parse_resources(body.resources)
+        parsed = _parse_resources({k: v.model_dump() for k, v in body.resources.items()})
         return await store.add_resources(parsed, body.resources_id)
 
     @app.get("/v1/resources/latest", tags=["resources"])
@@ -380,8 +399,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "NotFoundError" if exc.status_code == 404 else "InvalidInputError"
+        # exc.headers carries what the status needs (Allow, on a 405)
         return JSONResponse(
-            {"error": {"type": kind, "message": str(exc.detail)}}, status_code=exc.status_code
+            {"error": {"type": kind, "message": str(exc.detail)}},
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
 
 
