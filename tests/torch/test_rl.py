@@ -28,17 +28,19 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # ~95 s alone on 2 cores; a busy machine can double that
+@pytest.mark.timeout(600)  # ~100 s alone on 2 cores; a busy machine can double that
 def test_quickstart_learns_with_a_fixed_seed(tmp_path: Path) -> None:
     from agl_torch.quickstart import run
 
     # The quickstart's settings, fewer steps. Sampling is not seeded (the server batches
-    # requests as they come), so the margins leave room: a run here goes ~0.2 -> ~0.6.
-    summary = run(tmp_path / "run", steps=15, seed=0, progress=False)
+    # requests as they come), and one step's 64 samples are noisy (a run's steps range over
+    # +-0.2), so the test reads 5-step means after 25 steps, where a run has risen ~0.3
+    # (15 steps with 3-step means failed on a noisy run: the rise starts around step 12).
+    summary = run(tmp_path / "run", steps=25, seed=0, progress=False)
     rows = [row for row in read_metrics(tmp_path / "run") if "actor/loss" in row]
-    first = statistics.fmean(row["reward/mean"] for row in rows[:3])
-    last = statistics.fmean(row["reward/mean"] for row in rows[-3:])
-    assert last > first + 0.2, (first, last)
+    first = statistics.fmean(row["reward/mean"] for row in rows[:5])
+    last = statistics.fmean(row["reward/mean"] for row in rows[-5:])
+    assert last > first + 0.15, (first, last)
     assert summary["val_after"] > summary["val_before"] + 0.2, summary
     assert (tmp_path / "run" / "reward.png").stat().st_size > 0
     assert (tmp_path / "run" / "model" / "config.json").is_file()
