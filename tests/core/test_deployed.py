@@ -90,7 +90,7 @@ async def test_a_remote_gateway_sends_a_lone_call_to_the_store_unflushed(
             spans = await store.query_spans(ids[0])
             return any(s.attributes.get(semconv.AGL_SPAN_TYPE) == "gateway" for s in spans)
 
-        # The gateway's sender delay is 50 ms; before the fix the span came only at shutdown.
+        # The gateway's sender delay is 100 ms; before the fix the span came only at shutdown.
         await processes.until(recorded, "the gateway's span in the store", 10)
 
 

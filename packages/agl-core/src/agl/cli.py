@@ -147,7 +147,7 @@ def gateway_serve(
         typer.Option(
             min=0.0, help="Longest wait, in seconds, before a recorded call is sent to the store."
         ),
-    ] = 0.05,
+    ] = 0.1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""

@@ -8,7 +8,7 @@ store refuses as invalid (an unknown rollout, say) is dropped and counted as rej
 retried forever. Any other error while sending (a span the store's client cannot serialize,
 say) is counted the same way: the sender thread never dies of one bad span.
 
-A span waits at most ``delay`` seconds (50 ms by default) before it is sent, with nothing
+A span waits at most ``delay`` seconds (100 ms by default) before it is sent, with nothing
 calling :meth:`SpanSender.flush`: the first span put in an empty buffer wakes the sender, which
 sends what has arrived by then; a full batch is sent at once.
 
@@ -78,7 +78,7 @@ class SpanSender:
         *,
         max_batch: int = 512,
         max_buffer: int = 100_000,
-        delay: float = 0.05,
+        delay: float = 0.1,
         max_backoff: float = 5.0,
     ) -> None:
         self._store = store
