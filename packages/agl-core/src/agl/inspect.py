@@ -179,16 +179,14 @@ def llm_calls(spans: Sequence[Span]) -> dict[str, dict[str, int]]:
             ("input_tokens", semconv.GEN_AI_USAGE_INPUT_TOKENS),
             ("output_tokens", semconv.GEN_AI_USAGE_OUTPUT_TOKENS),
         ):
-            counts[kind][name] = sum(max(map(_tokens(key), group)) for group in calls)
+            counts[kind][name] = sum(max(_count(span, key) for span in group) for group in calls)
     return counts
 
 
-def _tokens(key: str) -> Any:
-    def read(span: Span) -> int:
-        value = span.attributes.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    return read
+def _count(span: Span, key: str) -> int:
+    """An integer attribute of the span (0 when it has none)."""
+    value = span.attributes.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _rewards(attempts: Sequence[Attempt], spans: Sequence[Span]) -> list[dict[str, Any]]:

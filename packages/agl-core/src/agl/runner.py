@@ -257,7 +257,6 @@ class Runner:
             for instrumentation in instrumentations:
                 instrumentation.uninstrument()
             await self._gateways.aclose()
-            self.stats.gateway_flush_failures = self._gateways.failures
             if self._owns_tracer:
                 await asyncio.to_thread(self._tracer.close)
             if owns_store:
@@ -404,7 +403,7 @@ class Runner:
                     reason = _reason(exc)
             # The agent's own spans are in the store now; the gateways' records of its calls
             # must be too before anyone is told the attempt ended.
-            await self._gateways.flush(flushes)
+            self.stats.gateway_flush_failures += await self._gateways.flush(flushes)
         except asyncio.CancelledError:
             if task in self._stale:
                 self.stats.abandoned += 1

@@ -37,16 +37,14 @@ class GatewayFlusher:
     def __init__(self, token: str | None = None, timeout: float = 30.0) -> None:
         self.token = token or None
         self.timeout = timeout
-        self.failures = 0
-        """Flushes that did not confirm (counted, logged; the attempt was reported anyway)."""
         self._session: aiohttp.ClientSession | None = None
 
-    async def flush(self, urls: Sequence[str]) -> bool:
-        """Flush each URL (concurrently); return whether every one confirmed."""
+    async def flush(self, urls: Sequence[str]) -> int:
+        """Flush each URL (concurrently); return how many did not confirm (each is logged)."""
         if not urls:
-            return True
+            return 0
         results = await asyncio.gather(*(self._flush_one(url) for url in urls))
-        return all(results)
+        return results.count(False)
 
     async def aclose(self) -> None:
         """Close the connections (the flusher opens new ones if used again)."""
@@ -70,7 +68,6 @@ class GatewayFlusher:
                 problem = f"answered {response.status}: {detail}"
         except (aiohttp.ClientError, TimeoutError) as exc:
             problem = f"unreachable ({type(exc).__name__}: {exc})"
-        self.failures += 1
         logger.warning(
             "gateway flush %s %s; the attempt is reported, its calls may reach the store late",
             url,
