@@ -7,7 +7,6 @@ The upstream is the scripted OpenAI-compatible server (vLLM's wire format, real 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,7 +154,7 @@ async def test_every_finished_rollout_has_its_calls_token_ids_with_a_remote_gate
     ]
 
 
-async def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
+def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
     child = processes.start(
         "gateway",
         "gateway", "serve", "--upstream", "http://127.0.0.1:9/v1",
@@ -163,4 +162,3 @@ async def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> 
     )  # fmt: skip
     assert child.exit_code(60) == 2
     assert "refusing to serve the gateway on '0.0.0.0' without a token" in child.log()
-    await asyncio.sleep(0)
