@@ -165,9 +165,9 @@ def test_apo_builds_without_arguments_and_checks_its_options() -> None:
 
 
 def test_the_plugin_provides_the_algorithm_and_the_state_type() -> None:
-    from agl.plugins import load_algorithm
+    from agl.plugins import PluginManager
 
-    assert load_algorithm("apo") is APO
+    assert PluginManager().lookup("agl_algorithms", "apo") is APO
     assert agl.resource_types()["apo_state"] is APOState
     state = APOState(resources=["prompt"], engines={"prompt": "f-string"}, items=[0, 1])
     state.candidates.append(candidate("c0", 0.5, 1.0))

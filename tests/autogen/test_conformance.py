@@ -13,7 +13,7 @@ from autogen_agentchat.messages import TextMessage
 from autogen_core.models import ModelFamily, ModelInfo
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from agl import plugins
+from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.tracing.instrumentor import InstrumentorFactory
 from agl_autogen.instrumentor import AutogenInstrumentor
@@ -53,7 +53,7 @@ class TestAutogenInstrumentor(InstrumentorConformance):
 
     @pytest.fixture
     def instrumentor_factory(self) -> InstrumentorFactory:
-        return plugins.instrumentor_factories()["autogen"]
+        return PluginManager().provided("agl_instrumentors")["autogen"]
 
     @pytest.fixture
     def llm_call(self) -> LLMCall:

@@ -92,9 +92,9 @@ def test_finding_the_instrumentor_imports_no_autogen() -> None:
     code = (
         "import sys\n"
         "import agl_autogen\n"
-        "from agl.plugins import instrumentor_factories\n"
+        "from agl.plugins import PluginManager\n"
         "from agl_autogen.instrumentor import AutogenInstrumentor\n"
-        "assert instrumentor_factories()['autogen'] is AutogenInstrumentor\n"
+        "assert PluginManager().provided('agl_instrumentors')['autogen'] is AutogenInstrumentor\n"
         "heavy = [m for m in ('autogen_agentchat', 'autogen_core', 'autogen_ext', 'openai',\n"
         "                     'openinference.instrumentation') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

@@ -19,12 +19,12 @@ def test_runners_trace_nothing_by_default_and_everything_after_the_import() -> N
     _run(
         """
         import agl
-        from agl.plugins import instrumentor_factories
+        from agl.plugins import PluginManager
 
         assert agl.Runner(lambda task: 1.0, "memory://").instrument == []
         import agl.auto  # noqa: F401
 
-        everything = sorted(instrumentor_factories())
+        everything = sorted(PluginManager().provided("agl_instrumentors"))
         assert "openai" in everything, everything
         assert agl.Runner(lambda task: 1.0, "memory://").instrument == everything
         explicit = agl.Runner(lambda task: 1.0, "memory://", instrument=["openai"])

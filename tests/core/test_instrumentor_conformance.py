@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from agl import plugins
+from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.tracing.instrumentor import InstrumentorFactory
 from agl.tracing.openai import OpenAIInstrumentation
@@ -16,7 +16,7 @@ class TestOpenAIInstrumentation(InstrumentorConformance):
 
     @pytest.fixture
     def instrumentor_factory(self) -> InstrumentorFactory:
-        return plugins.instrumentor_factories()["openai"]
+        return PluginManager().provided("agl_instrumentors")["openai"]
 
     @pytest.fixture
     def llm_call(self) -> LLMCall:

@@ -265,7 +265,8 @@ def test_algorithms_by_name(tmp_path: Path) -> None:
 
 
 def test_agents_map_to_algorithms_by_name_one_instance_per_name() -> None:
-    per_agent = agl.PerAgent({"writer": "baseline", "checker": "baseline", "*": None})
+    per_agent = agl.Trainer({"writer": "baseline", "checker": "baseline", "*": None}).algorithm
+    assert isinstance(per_agent, agl.PerAgent)
     writer = per_agent.owner("writer")
     assert isinstance(writer, agl.Baseline)
     assert per_agent.owner("checker") is writer
@@ -273,6 +274,9 @@ def test_agents_map_to_algorithms_by_name_one_instance_per_name() -> None:
     with pytest.raises(InvalidInputError, match="agl plugins") as caught:
         agl.Trainer({"writer": "baseline", "checker": "no-such-algorithm"})
     assert caught.value.field == "algorithm['checker']"
+    with pytest.raises(InvalidInputError, match="looked up by the Trainer") as caught:
+        agl.PerAgent({"writer": "baseline"})  # type: ignore[dict-item]
+    assert caught.value.field == "algorithm['writer']"
 
 
 class _Follower(CheckerPrompts):
@@ -308,22 +312,19 @@ class _StepWatcher:
 
 
 def test_step_hooks_fire_around_every_step(tmp_path: Path) -> None:
-    from agl.plugins import register_plugin, reset_plugins
-
     @agl.rollout
     def constant(task: int) -> float:
         return 0.5
 
     watcher = _StepWatcher()
-    reset_plugins()
-    try:
-        register_plugin(watcher, name="step-watcher")
-        trainer = agl.Trainer(
-            agl.Baseline(batch_size=2), run_dir=tmp_path / "run", console=False, plot=False
-        )
-        trainer.fit(constant, [1, 2, 3])
-    finally:
-        reset_plugins()
+    trainer = agl.Trainer(
+        agl.Baseline(batch_size=2),
+        run_dir=tmp_path / "run",
+        console=False,
+        plot=False,
+        plugins=[watcher],
+    )
+    trainer.fit(constant, [1, 2, 3])
     assert watcher.events == [
         ("start", "baseline", 1, None),
         ("end", "baseline", 1, 0.5),

@@ -20,15 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 import agl
-from agl import plugins
 from agl.cli import app
-from agl.plugins import (
-    DISABLE_ENV,
-    ENTRY_POINT_GROUP,
-    PluginError,
-    PluginInfo,
-    installed_plugins,
-)
+from agl.plugins import DISABLE_ENV, ENTRY_POINT_GROUP, PluginError, PluginInfo, PluginManager
 from agl.store.memory import MemoryStore
 
 Install = Callable[..., None]
@@ -125,7 +118,6 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     """Install distributions, each with the plugin modules given, into a folder on sys.path."""
     written: list[str] = []
     monkeypatch.delenv(DISABLE_ENV, raising=False)
-    plugins.reset_plugins()
 
     def install(
         modules: dict[str, str],
@@ -150,10 +142,8 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
             f"[{ENTRY_POINT_GROUP}]\n{lines}\n[console_scripts]\nnot-a-plugin = os:getcwd\n"
         )
         monkeypatch.syspath_prepend(str(root))
-        plugins.reset_plugins()
 
     yield install
-    plugins.reset_plugins()
     for module in written:
         sys.modules.pop(module, None)
 
@@ -170,8 +160,11 @@ def plugin_log(caplog: pytest.LogCaptureFixture) -> list[str]:
 # --- discovery ------------------------------------------------------------------------------------
 
 
+def installed_plugins() -> list[PluginInfo]:
+    return PluginManager().installed()
+
+
 def test_the_built_in_plugin_comes_first_and_provides_core_names() -> None:
-    plugins.reset_plugins()
     builtin = installed_plugins()[0]
     assert (builtin.name, builtin.module, builtin.distribution, builtin.status) == (
         "agl",
@@ -185,14 +178,15 @@ def test_the_built_in_plugin_comes_first_and_provides_core_names() -> None:
     assert set(builtin.stores) == {"memory", "sqlite", "http", "https"}
     assert set(builtin.credit_assigners) == {"final", "step", "discounted"}
     assert set(builtin.resource_types) == {"llm", "prompt_template"}
-    assert plugins.load_algorithm("baseline") is agl.Baseline
-    assert agl.hookimpl is plugins.hookimpl
+    assert PluginManager().lookup("agl_algorithms", "baseline") is agl.Baseline
+    assert agl.hookimpl is agl.plugins.hookimpl
 
 
 def test_an_installed_plugin_provides_everything_by_name(install: Install) -> None:
     install({"agl_t_full": FULL_PLUGIN})
 
-    info = ours(installed_plugins())["agl-t-full"]
+    manager = PluginManager()
+    info = ours(manager.installed())["agl-t-full"]
     assert info == PluginInfo(
         name="agl-t-full",
         module="agl_t_full",
@@ -205,30 +199,26 @@ def test_an_installed_plugin_provides_everything_by_name(install: Install) -> No
         resource_types=("agl-test-weights",),
     )
     module = sys.modules["agl_t_full"]
-    assert plugins.load_algorithm("echo") is module.Echo
-    assert plugins.algorithm_classes()["baseline"] is agl.Baseline
-    assert plugins.load_credit_assigner("halves") is module.Halves
-    assert plugins.credit_assigner_factories()["halves"] is module.Halves
-    assert plugins.store_factories()["scratch"] is module.ScratchStore
-    assert agl.resource_types()["agl-test-weights"] is module.Weights
-    assert plugin_manager_names() >= {"agl", "agl-t-full"}
-
-
-def plugin_manager_names() -> set[str]:
-    return {name for name, _ in plugins.plugin_manager().list_name_plugin()}
+    assert manager.lookup("agl_algorithms", "echo") is module.Echo
+    assert manager.provided("agl_algorithms")["baseline"] is agl.Baseline
+    assert manager.lookup("agl_credit_assigners", "halves") is module.Halves
+    assert isinstance(manager.create_credit_assigner("halves"), module.Halves)
+    assert manager.provided("agl_stores")["scratch"] is module.ScratchStore
+    assert manager.provided("agl_resource_types")["agl-test-weights"] is module.Weights
+    assert "agl-test-weights" not in agl.resource_types()  # no process-wide registry is touched
+    assert {name for name, _ in manager.list_name_plugin()} >= {"agl", "agl-t-full"}
 
 
 def test_without_the_distribution_the_plugins_are_gone() -> None:
-    plugins.reset_plugins()
     assert ours(installed_plugins()) == {}
     with pytest.raises(agl.InvalidInputError, match="no algorithm named 'echo'"):
-        plugins.load_algorithm("echo")
+        PluginManager().lookup("agl_algorithms", "echo")
 
 
 def test_an_unknown_name_lists_what_there_is(install: Install) -> None:
     install({"agl_t_full": FULL_PLUGIN})
     with pytest.raises(agl.InvalidInputError) as caught:
-        plugins.load_algorithm("ecko")
+        PluginManager().lookup("agl_algorithms", "ecko")
     message = caught.value.message
     assert "no algorithm named 'ecko'" in message
     assert "'baseline', 'echo'" in message
@@ -237,15 +227,17 @@ def test_an_unknown_name_lists_what_there_is(install: Install) -> None:
     assert (caught.value.field, caught.value.value) == ("algorithm", "ecko")
 
 
-def test_plugins_load_once_and_reset_forgets_them(install: Install) -> None:
-    install({"agl_t_full": FULL_PLUGIN})
-    manager = plugins.plugin_manager()
-    assert plugins.plugin_manager() is manager
-    assert "agl-test-weights" in agl.resource_types()
-    plugins.reset_plugins()
-    assert "agl-test-weights" not in agl.resource_types()
-    assert plugins.plugin_manager() is not manager
-    assert "agl-test-weights" in agl.resource_types()
+def test_each_manager_has_its_own_plugins(install: Install) -> None:
+    module = type(sys)("agl_t_in_code")
+    exec(textwrap.dedent(FULL_PLUGIN), module.__dict__)
+    with_it, without = PluginManager([module]), PluginManager()
+    assert with_it.lookup("agl_algorithms", "echo") is module.Echo
+    assert "echo" not in without.provided("agl_algorithms")
+    install({"agl_t_full": FULL_PLUGIN})  # installed after `without` was built
+    assert "echo" not in without.provided("agl_algorithms")
+    assert "echo" in PluginManager().provided("agl_algorithms")
+    only_builtin = PluginManager(entry_points=False)
+    assert [p.name for p in only_builtin.installed()] == ["agl"]
 
 
 # --- broken plugins are skipped, with one line each -----------------------------------------------
@@ -259,7 +251,8 @@ def test_a_plugin_that_fails_to_import_is_skipped_with_one_log_line(
         {"agl-t-full": "agl_t_full", "agl-t-broken": "agl_t_broken"},
     )
 
-    found = ours(installed_plugins())
+    manager = PluginManager()
+    found = ours(manager.installed())
     broken = found["agl-t-broken"]
     assert broken.status == "skipped"
     assert broken.error is not None
@@ -269,7 +262,7 @@ def test_a_plugin_that_fails_to_import_is_skipped_with_one_log_line(
     )
     assert broken.error.endswith("agl_t_broken.py:1)")
     assert found["agl-t-full"].status == "ok"
-    assert plugins.load_algorithm("echo").name == "echo"
+    assert manager.lookup("agl_algorithms", "echo").name == "echo"
     [line] = plugin_log(caplog)
     assert line == f"skipped agl plugin 'agl-t-broken' (agl-test-plugins 1.2.3): {broken.error}"
 
@@ -292,15 +285,16 @@ def test_a_plugin_whose_hook_raises_is_skipped_with_one_log_line(
 ) -> None:
     install({"agl_t_full": FULL_PLUGIN, "agl_t_raising": RAISING})
 
-    found = ours(installed_plugins())
+    manager = PluginManager()
+    found = ours(manager.installed())
     raising = found["agl-t-raising"]
     assert raising.status == "skipped"
     assert raising.error is not None
     assert raising.error.startswith("agl_instrumentors() raised RuntimeError: no framework here")
     assert raising.error.endswith("agl_t_raising.py:10)")
     assert raising.algorithms == ()  # skipped whole: nothing of it is used
-    assert "fine" not in plugins.algorithm_classes()
-    assert "counting" in plugins.instrumentor_factories()
+    assert "fine" not in manager.provided("agl_algorithms")
+    assert "counting" in manager.provided("agl_instrumentors")
     [line] = plugin_log(caplog)
     assert "'agl-t-raising' (agl-test-plugins 1.2.3)" in line
     assert "\n" not in line
@@ -346,11 +340,12 @@ def test_a_plugin_returning_the_wrong_type_is_skipped_with_one_log_line(
 ) -> None:
     install({"agl_t_wrong": "import agl\n\n@agl.hookimpl\n" + hook_body + "\n"})
 
-    wrong = ours(installed_plugins())["agl-t-wrong"]
+    manager = PluginManager()
+    wrong = ours(manager.installed())["agl-t-wrong"]
     assert wrong.status == "skipped"
     assert wrong.error is not None
     assert wrong.error.startswith(problem)
-    assert plugins.load_algorithm("baseline") is agl.Baseline
+    assert manager.lookup("agl_algorithms", "baseline") is agl.Baseline
     [line] = plugin_log(caplog)
     assert line == f"skipped agl plugin 'agl-t-wrong' (agl-test-plugins 1.2.3): {wrong.error}"
 
@@ -369,20 +364,22 @@ MISSPELLED = """
 def test_a_misspelled_hook_fails_loudly_naming_the_plugin_and_the_hook(install: Install) -> None:
     install({"agl_t_misspelled": MISSPELLED})
 
+    manager = PluginManager()
     with pytest.raises(PluginError) as caught:
-        plugins.plugin_manager()
+        manager.check()
     message = caught.value.message
     assert "'agl-t-misspelled' (agl-test-plugins 1.2.3)" in message
     assert "agl_algoritms is not an agl hook (did you mean agl_algorithms?)" in message
     assert f"{DISABLE_ENV}=agl-t-misspelled" in message
-    for lookup in (plugins.algorithm_classes, plugins.instrumentor_factories):
+    for hook in ("agl_algorithms", "agl_instrumentors"):
         with pytest.raises(PluginError):
-            lookup()
+            manager.provided(hook)
     with pytest.raises(PluginError):
-        agl.open_store("scratch://x")
-    info = ours(installed_plugins())["agl-t-misspelled"]
+        manager.open_store("scratch://x")
+    assert isinstance(manager.open_store("memory://"), MemoryStore)  # core's own: no plugin
+    info = ours(manager.installed())["agl-t-misspelled"]
     assert info.status == "invalid"
-    plugins.notify("agl_step_start", algorithm="a", step=1)  # firing hooks stays safe
+    manager.step_start("a", 1)  # firing hooks stays safe: the invalid plugin is not called
 
 
 @pytest.mark.parametrize(
@@ -405,7 +402,7 @@ def test_a_malformed_hook_fails_loudly(install: Install, source: str, problem: s
     install({"agl_t_malformed": "import agl\n\n" + source})
 
     with pytest.raises(PluginError, match="'agl-t-malformed'") as caught:
-        plugins.load_algorithm("baseline")
+        PluginManager().lookup("agl_algorithms", "baseline")
     assert problem in caught.value.message
     assert ours(installed_plugins())["agl-t-malformed"].status == "invalid"
 
@@ -426,7 +423,7 @@ def test_an_optional_hook_from_a_newer_agl_is_ignored(install: Install) -> None:
             """
         }
     )
-    assert plugins.load_algorithm("newer") is agl.Baseline
+    assert PluginManager().lookup("agl_algorithms", "newer") is agl.Baseline
 
 
 def test_plugins_can_be_disabled_by_environment_and_in_code(
@@ -434,25 +431,25 @@ def test_plugins_can_be_disabled_by_environment_and_in_code(
 ) -> None:
     install({"agl_t_misspelled": MISSPELLED, "agl_t_full": FULL_PLUGIN})
     monkeypatch.setenv(DISABLE_ENV, "agl-t-misspelled, agl-other")
-    plugins.reset_plugins()
     caplog.set_level(logging.INFO, logger="agl.plugins")
 
-    found = ours(installed_plugins())
+    manager = PluginManager()
+    found = ours(manager.installed())
     assert (found["agl-t-misspelled"].status, found["agl-t-misspelled"].error) == (
         "disabled",
         f"disabled by {DISABLE_ENV}",
     )
     assert "agl_t_misspelled" not in sys.modules  # not even imported
-    assert plugins.load_algorithm("echo").name == "echo"
+    assert manager.lookup("agl_algorithms", "echo").name == "echo"
     assert plugin_log(caplog) == [
         f"agl plugin 'agl-t-misspelled' (agl-test-plugins 1.2.3) is disabled by {DISABLE_ENV}"
     ]
 
-    plugins.disable_plugins("agl-t-full")
-    found = ours(installed_plugins())
+    manager = PluginManager(disable=["agl-t-full"])
+    found = ours(manager.installed())
     assert found["agl-t-full"].status == "disabled"
-    assert found["agl-t-full"].error == "disabled in code (agl.plugins.disable_plugins)"
-    assert "echo" not in plugins.algorithm_classes()
+    assert found["agl-t-full"].error == "disabled in code"
+    assert "echo" not in manager.provided("agl_algorithms")
 
 
 def test_the_first_plugin_by_name_wins_a_duplicate_name_with_one_warning(
@@ -471,10 +468,11 @@ def test_the_first_plugin_by_name_wins_a_duplicate_name_with_one_warning(
     install({"agl_t_full": FULL_PLUGIN})
     install({"agl_t_second": second}, {"agl-t-second": "agl_t_second"}, name="agl-second")
 
-    found = ours(installed_plugins())
-    assert plugins.load_algorithm("echo") is sys.modules["agl_t_full"].Echo
-    assert plugins.load_algorithm("baseline") is agl.Baseline  # built-in names stay
-    assert plugins.load_algorithm("other") is sys.modules["agl_t_second"].Other
+    manager = PluginManager()
+    found = ours(manager.installed())
+    assert manager.lookup("agl_algorithms", "echo") is sys.modules["agl_t_full"].Echo
+    assert manager.lookup("agl_algorithms", "baseline") is agl.Baseline  # built-in names stay
+    assert manager.lookup("agl_algorithms", "other") is sys.modules["agl_t_second"].Other
     assert found["agl-t-second"].algorithms == ("other",)
     assert found["agl-t-second"].ignored == (
         "algorithm 'echo' (plugin 'agl-t-full' has it)",
@@ -503,35 +501,42 @@ def test_two_distributions_with_one_entry_point_name_keep_the_first(
     assert len(plugin_log(caplog)) == 1
 
 
-def test_register_plugin_checks_at_once(install: Install) -> None:
+def test_a_plugin_added_in_code_is_checked_at_once(install: Install) -> None:
     module = type(sys)("agl_t_in_code")
     exec(textwrap.dedent(FULL_PLUGIN), module.__dict__)
-    plugins.register_plugin(module)
-    assert plugins.load_algorithm("echo") is module.Echo
-    assert installed_plugins()[-1].name == "agl_t_in_code"
+    manager = PluginManager()
+    assert manager.add(module).name == "agl_t_in_code"
+    assert manager.lookup("agl_algorithms", "echo") is module.Echo
+    assert manager.installed()[-1].name == "agl_t_in_code"
 
     bad = type(sys)("agl_t_bad_in_code")
     exec(textwrap.dedent(MISSPELLED), bad.__dict__)
     with pytest.raises(PluginError, match="agl_algoritms is not an agl hook"):
-        plugins.register_plugin(bad)
-    assert "agl_t_bad_in_code" not in {p.name for p in installed_plugins()}
-    plugins.plugin_manager()  # the bad one was not kept
+        manager.add(bad)
+    assert "agl_t_bad_in_code" not in {p.name for p in manager.installed()}
+    manager.check()  # the bad one was not kept
+    with pytest.raises(PluginError, match="agl_algoritms is not an agl hook"):
+        PluginManager([bad])
 
 
 # --- what plugins provide, where it is used -------------------------------------------------------
 
 
-def test_open_store_falls_back_to_plugin_schemes(install: Install) -> None:
+def test_plugin_schemes_open_through_a_plugin_manager(install: Install) -> None:
     install({"agl_t_full": FULL_PLUGIN})
 
-    store = agl.open_store("scratch://somewhere", size=3)
+    store = PluginManager().open_store("scratch://somewhere", size=3)
     assert isinstance(store, MemoryStore)
     assert store.opened_with == ("scratch://somewhere", {"size": 3})  # type: ignore[attr-defined]
+    assert isinstance(agl.plugins.open_store("scratch://x"), MemoryStore)  # what the CLI uses
     with pytest.raises(agl.InvalidInputError) as caught:
-        agl.open_store("postgres://db")
+        PluginManager().open_store("postgres://db")
     assert "expected one of ['http', 'https', 'memory', 'scratch', 'sqlite']" in (
         caught.value.message
     )
+    with pytest.raises(agl.InvalidInputError, match=r"PluginManager\(\).open_store") as caught:
+        agl.open_store("scratch://x")  # the store layer knows its own schemes only
+    assert caught.value.field == "url"
 
 
 def test_a_store_factory_returning_something_else_is_a_plugin_error(install: Install) -> None:
@@ -547,24 +552,43 @@ def test_a_store_factory_returning_something_else_is_a_plugin_error(install: Ins
         }
     )
     with pytest.raises(PluginError, match=r"'nothing' store factory of plugin 'agl-t-store'"):
-        agl.open_store("nothing://x")
+        PluginManager().open_store("nothing://x")
 
 
-def test_parsing_an_unknown_resource_type_loads_the_plugins(install: Install) -> None:
+def test_a_plugins_resource_type_round_trips_and_the_runner_upgrades_it(
+    install: Install, tmp_path: Path
+) -> None:
     install({"agl_t_full": FULL_PLUGIN})
     assert "agl_t_full" not in sys.modules
+    weights = {"type": "agl-test-weights", "path": "/ckpt/7"}
+    raw = {"resources_id": "rs-1", "version": 1, "resources": {"w": weights}}
+    generic = agl.ResourcesUpdate.model_validate(raw).resources["w"]
+    assert isinstance(generic, agl.GenericResource)  # parsing loads no plugin
+    assert "agl_t_full" not in sys.modules
+    upgraded = PluginManager().upgrade_resources({"w": generic, "g": generic.model_copy()})
+    assert type(upgraded["w"]) is sys.modules["agl_t_full"].Weights
+    assert upgraded["w"].path == "/ckpt/7"  # type: ignore[attr-defined]
+    seen: list[type] = []
 
-    update = agl.ResourcesUpdate.model_validate(
-        {"resources_id": "rs-1", "version": 1, "resources": {"w": {"type": "agl-test-weights",
-                                                                   "path": "/ckpt/7"}}}
-    )  # fmt: skip
-    weights = update.resources["w"]
-    assert type(weights) is sys.modules["agl_t_full"].Weights
-    assert weights.path == "/ckpt/7"  # type: ignore[attr-defined]
-    unknown = agl.ResourcesUpdate.model_validate(
-        {"resources_id": "rs-2", "version": 2, "resources": {"u": {"type": "nobody", "a": 1}}}
-    )
-    assert isinstance(unknown.resources["u"], agl.GenericResource)
+    @agl.rollout
+    def agent(task: int, resources: dict[str, agl.Resource]) -> float:
+        seen.append(type(resources["w"]))
+        return 1.0
+
+    async def run() -> None:
+        # A SQLite store parses what it reads back: the plugin's type comes back generic.
+        async with agl.open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+            update = await store.add_resources({"w": generic})
+            assert isinstance((await store.get_resources(None)).resources["w"],  # type: ignore[union-attr]
+                              agl.GenericResource)  # fmt: skip
+            await store.enqueue_rollouts(
+                [agl.RolloutRequest(input=1, resources_id=update.resources_id)]
+            )
+            runner = agl.Runner(agent, store, handle_signals=False, max_rollouts=1)
+            assert (await runner.run()).succeeded == 1
+
+    asyncio.run(run())
+    assert seen == [sys.modules["agl_t_full"].Weights]
 
 
 def test_import_agl_stays_light() -> None:
@@ -621,9 +645,10 @@ def test_create_instrumentor_checks_what_the_factory_built(install: Install) -> 
     with agl.Tracer(MemoryStore()) as tracer:
         from agl.tracing.openai import OpenAIInstrumentation
 
-        assert isinstance(plugins.create_instrumentor("openai", tracer), OpenAIInstrumentation)
+        manager = PluginManager()
+        assert isinstance(manager.create_instrumentor("openai", tracer), OpenAIInstrumentation)
         with pytest.raises(PluginError, match="instrumentor 'half' of plugin 'agl-t-inst'"):
-            plugins.create_instrumentor("half", tracer)
+            manager.create_instrumentor("half", tracer)
 
 
 # --- lifecycle hooks ------------------------------------------------------------------------------
@@ -631,7 +656,7 @@ def test_create_instrumentor_checks_what_the_factory_built(install: Install) -> 
 
 def test_a_real_runner_fires_rollout_hooks_around_each_attempt(install: Install) -> None:
     install({"agl_t_recording": RECORDING_PLUGIN})
-    assert plugins.implemented("agl_rollout_start", "agl_rollout_end")
+    assert PluginManager().implements("agl_rollout_start", "agl_rollout_end")
 
     @agl.rollout
     def agent(task: int) -> float:
@@ -688,12 +713,12 @@ def test_rollout_end_follows_an_attempt_the_runner_releases(install: Install) ->
 
 def test_a_runner_without_rollout_hooks_does_not_look_for_them(install: Install) -> None:
     install({"agl_t_full": FULL_PLUGIN})
-    assert not plugins.implemented("agl_rollout_start", "agl_rollout_end")
+    assert not PluginManager().implements("agl_rollout_start", "agl_rollout_end")
     runner = agl.Runner(lambda task: 1.0, "memory://")
     assert runner._observed is False
 
 
-def test_notify_calls_every_plugin_and_survives_a_raising_one(
+def test_a_hook_call_reaches_every_plugin_and_survives_a_raising_one(
     install: Install, caplog: pytest.LogCaptureFixture
 ) -> None:
     failing = """
@@ -705,8 +730,9 @@ def test_notify_calls_every_plugin_and_survives_a_raising_one(
     """
     install({"agl_t_recording": RECORDING_PLUGIN, "agl_t_failing": failing})
 
+    manager = PluginManager()
     for step in (1, 2):
-        plugins.notify("agl_step_end", algorithm="echo", step=step, metrics={"loss": 0.5})
+        manager.hook.agl_step_end(algorithm="echo", step=step, metrics={"loss": 0.5})
     assert sys.modules["agl_t_recording"].EVENTS == [
         ("step", 1, {"loss": 0.5}),
         ("step", 2, {"loss": 0.5}),
@@ -716,10 +742,8 @@ def test_notify_calls_every_plugin_and_survives_a_raising_one(
         "agl plugin 'agl-t-failing': agl_step_end raised KeyError: 'loss' (at "
     )
     assert record.exc_info is not None
-    with pytest.raises(agl.InvalidInputError, match="not an agl lifecycle hook"):
-        plugins.notify("agl_step_ended", algorithm="x", step=1, metrics={})
-    with pytest.raises(agl.InvalidInputError, match=r"takes \['algorithm', 'metrics', 'step'\]"):
-        plugins.notify("agl_step_end", algorithm="x", step=1)
+    with pytest.raises(agl.InvalidInputError, match="not agl lifecycle hooks"):
+        manager.implements("agl_step_ended")
 
 
 # --- agl plugins ----------------------------------------------------------------------------------
@@ -783,7 +807,6 @@ def test_cli_plugins_json(install: Install, monkeypatch: pytest.MonkeyPatch) -> 
     assert f"{DISABLE_ENV}=agl-t-misspelled" in result.stderr
 
     monkeypatch.setenv(DISABLE_ENV, "agl-t-misspelled")
-    plugins.reset_plugins()
     result = CliRunner().invoke(app, ["plugins", "--json"])
     assert result.exit_code == 0
     found = {plugin["name"]: plugin for plugin in json.loads(result.stdout)["plugins"]}
@@ -802,11 +825,12 @@ def test_one_module_under_two_names_is_used_once(
 ) -> None:
     install({"agl_t_full": FULL_PLUGIN}, {"agl-t-a": "agl_t_full", "agl-t-b": "agl_t_full"})
 
-    found = ours(installed_plugins())
+    manager = PluginManager()
+    found = ours(manager.installed())
     assert found["agl-t-a"].status == "ok"
     assert found["agl-t-b"].status == "skipped"
     assert found["agl-t-b"].error is not None
     assert "already registered" in found["agl-t-b"].error
-    assert plugins.load_algorithm("echo") is sys.modules["agl_t_full"].Echo
-    assert "agl-t-a" in plugin_manager_names()
+    assert manager.lookup("agl_algorithms", "echo") is sys.modules["agl_t_full"].Echo
+    assert manager.has_plugin("agl-t-a")
     assert len(plugin_log(caplog)) == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from crewai import LLM, Agent
 
-from agl import plugins
+from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.tracing.instrumentor import InstrumentorFactory
 from agl_crewai.instrumentor import CrewAIInstrumentor
@@ -36,7 +36,7 @@ class TestCrewAIInstrumentor(InstrumentorConformance):
 
     @pytest.fixture
     def instrumentor_factory(self) -> InstrumentorFactory:
-        return plugins.instrumentor_factories()["crewai"]
+        return PluginManager().provided("agl_instrumentors")["crewai"]
 
     @pytest.fixture
     def llm_call(self) -> LLMCall:

@@ -13,7 +13,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
-from agl import plugins
+from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.tracing.instrumentor import InstrumentorFactory
 from agl_langchain.instrumentor import LangChainInstrumentor
@@ -28,7 +28,7 @@ class TestLangChainInstrumentor(InstrumentorConformance):
 
     @pytest.fixture
     def instrumentor_factory(self) -> InstrumentorFactory:
-        return plugins.instrumentor_factories()["langchain"]
+        return PluginManager().provided("agl_instrumentors")["langchain"]
 
     @pytest.fixture
     def llm_call(self) -> LLMCall:

@@ -89,9 +89,10 @@ def test_finding_the_instrumentor_imports_no_langchain() -> None:
     code = (
         "import sys\n"
         "import agl_langchain\n"
-        "from agl.plugins import instrumentor_factories\n"
+        "from agl.plugins import PluginManager\n"
         "from agl_langchain.instrumentor import LangChainInstrumentor\n"
-        "assert instrumentor_factories()['langchain'] is LangChainInstrumentor\n"
+        "found = PluginManager().provided('agl_instrumentors')\n"
+        "assert found['langchain'] is LangChainInstrumentor\n"
         "heavy = [m for m in ('langchain_core', 'langgraph', 'openinference.instrumentation')\n"
         "         if m in sys.modules]\n"
         "assert not heavy, heavy\n"

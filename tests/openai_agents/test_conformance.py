@@ -11,7 +11,7 @@ import pytest
 from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner
 from openai import AsyncOpenAI
 
-from agl import plugins
+from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.tracing.instrumentor import InstrumentorFactory
 from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
@@ -26,7 +26,7 @@ class TestOpenAIAgentsInstrumentor(InstrumentorConformance):
 
     @pytest.fixture
     def instrumentor_factory(self) -> InstrumentorFactory:
-        return plugins.instrumentor_factories()["openai-agents"]
+        return PluginManager().provided("agl_instrumentors")["openai-agents"]
 
     @pytest.fixture
     def llm_call(self) -> LLMCall:

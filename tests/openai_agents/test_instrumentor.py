@@ -257,9 +257,10 @@ def test_finding_the_instrumentor_imports_no_agents_sdk() -> None:
     code = (
         "import sys\n"
         "import agl_openai_agents\n"
-        "from agl.plugins import instrumentor_factories\n"
+        "from agl.plugins import PluginManager\n"
         "from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor\n"
-        "assert instrumentor_factories()['openai-agents'] is OpenAIAgentsInstrumentor\n"
+        "found = PluginManager().provided('agl_instrumentors')\n"
+        "assert found['openai-agents'] is OpenAIAgentsInstrumentor\n"
         "heavy = [m for m in ('agents', 'openai', 'openinference.instrumentation')\n"
         "         if m in sys.modules]\n"
         "assert not heavy, heavy\n"

@@ -33,11 +33,11 @@ CHECK = textwrap.dedent(
     import asyncio, importlib.util, os, sys
     os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
     import agl
-    from agl import plugins
+    from agl.plugins import PluginManager
     from agl.store.memory import MemoryStore
 
     name, package, framework, others = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    factories = plugins.instrumentor_factories()
+    factories = PluginManager().provided("agl_instrumentors")
     assert name in factories, sorted(factories)
     for other in others:
         assert importlib.util.find_spec(other) is None, f"{other} is installed"

@@ -13,8 +13,8 @@ import sys
 def test_looking_up_the_algorithms_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "from agl.plugins import algorithm_classes\n"
-        "names = sorted(algorithm_classes())\n"
+        "from agl.plugins import PluginManager\n"
+        "names = sorted(PluginManager().provided('agl_algorithms'))\n"
         "assert 'lightningrl-torch' in names and 'sft-torch' in names, names\n"
         "heavy = [m for m in ('torch', 'transformers', 'peft') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

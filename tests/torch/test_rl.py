@@ -107,10 +107,10 @@ def test_a_model_path_without_a_model(tmp_path: Path) -> None:
 
 
 def test_the_plugin_names_the_algorithms(tmp_path: Path) -> None:
-    from agl.plugins import load_algorithm
+    from agl.plugins import PluginManager
 
-    assert load_algorithm("lightningrl-torch") is LightningRLTorch
-    assert load_algorithm("sft-torch") is SFTTorch
+    assert PluginManager().lookup("agl_algorithms", "lightningrl-torch") is LightningRLTorch
+    assert PluginManager().lookup("agl_algorithms", "sft-torch") is SFTTorch
     with pytest.raises(agl.InvalidInputError, match="needs a model"):
         _trainer(tmp_path, "lightningrl-torch").fit(calculator_agent, tasks(2, seed=1))  # type: ignore[arg-type]
 

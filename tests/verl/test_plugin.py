@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-import agl.plugins
 from agl.errors import InvalidInputError
+from agl.plugins import PluginManager
 from agl_verl.rl import LightningRLVerl
 from agl_verl.sft import SFTVerl
 
 
 def test_both_algorithms_are_found_by_name() -> None:
-    assert agl.plugins.algorithm_classes()["lightningrl-verl"] is LightningRLVerl
-    assert agl.plugins.algorithm_classes()["sft-verl"] is SFTVerl
+    assert PluginManager().provided("agl_algorithms")["lightningrl-verl"] is LightningRLVerl
+    assert PluginManager().provided("agl_algorithms")["sft-verl"] is SFTVerl
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_building_by_name_reads_the_model_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, model_dir: Path, name: str, cls: type
 ) -> None:
     monkeypatch.setenv("AGL_VERL_MODEL", str(model_dir))
-    algorithm = agl.plugins.create_algorithm(name)
+    algorithm = PluginManager().create_algorithm(name)
     assert isinstance(algorithm, cls)
     assert algorithm.model == str(model_dir)
 
@@ -42,8 +42,9 @@ def test_a_missing_model_is_refused_before_any_work(monkeypatch: pytest.MonkeyPa
 def test_looking_the_algorithm_up_loads_neither_verl_nor_torch() -> None:
     code = (
         "import sys\n"
-        "from agl.plugins import algorithm_classes\n"
-        "assert {'lightningrl-verl', 'sft-verl'} <= set(algorithm_classes())\n"
+        "from agl.plugins import PluginManager\n"
+        "found = set(PluginManager().provided('agl_algorithms'))\n"
+        "assert {'lightningrl-verl', 'sft-verl'} <= found\n"
         "print(sorted(m for m in ('verl', 'torch', 'ray') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

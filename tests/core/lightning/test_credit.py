@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import agl
 from agl import InvalidInputError
 from agl.lightning import DiscountedReturn, FinalReward, LightningRL, LLMCall, StepRewards
-from agl.lightning.credit import credit_assigner
+from agl.lightning.credit import PluginCredit, credit_assigner
+from agl.plugins import PluginManager
+from agl.trainer import resolve_algorithm
 
 
 def calls(*step_rewards: list[float]) -> list[LLMCall]:
@@ -41,11 +45,13 @@ def test_strategies_by_name_and_bad_ones() -> None:
     assert isinstance(credit_assigner("step"), StepRewards)
     mine = FinalReward()
     assert credit_assigner(mine) is mine
-    unknown = r"no credit assigner named 'finale'.*did you mean 'final'"
-    with pytest.raises(InvalidInputError, match=unknown):
-        credit_assigner("finale")
+    # Any other name may be a plugin's: the trainer looks it up; used unresolved, it says so.
+    pending = credit_assigner("finale")
+    assert isinstance(pending, PluginCredit)
+    with pytest.raises(InvalidInputError, match="'finale' is not one of agl's"):
+        pending.assign(EXAMPLE, 1.0)
     with pytest.raises(InvalidInputError, match="assign"):
-        credit_assigner(42)  # type: ignore[arg-type]
+        credit_assigner(42)
     with pytest.raises(InvalidInputError, match="gamma"):
         DiscountedReturn(1.5)
 
@@ -63,16 +69,25 @@ class _Plugin:
         return {"last-call-only": _LastCallOnly}
 
 
-def test_a_plugin_strategy_by_name() -> None:
-    from agl.plugins import register_plugin, reset_plugins
+class _Learner(agl.StepAlgorithm):
+    def __init__(self, credit: str) -> None:
+        self.lightning = LightningRL(credit=credit)
 
-    reset_plugins()
-    try:
-        register_plugin(_Plugin(), name="test-credit")
-        strategy = credit_assigner("last-call-only")
-        assert isinstance(strategy, _LastCallOnly)
-        assert LightningRL(credit="last-call-only").credit.assign(EXAMPLE, 2.0) == [0, 0, 2.0]
-    finally:
-        reset_plugins()
-    with pytest.raises(InvalidInputError, match="last-call-only"):
-        credit_assigner("last-call-only")
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Any]:
+        return {}
+
+
+def test_the_trainer_looks_a_plugin_strategy_up_by_name() -> None:
+    plugins = PluginManager([_Plugin()])
+    assert isinstance(plugins.create_credit_assigner("last-call-only"), _LastCallOnly)
+    for algorithm in (_Learner("last-call-only"), {"*": _Learner("last-call-only")}):
+        resolved = resolve_algorithm(algorithm, plugins)
+        learner = resolved.members[0].algorithm if isinstance(resolved, agl.PerAgent) else resolved
+        assert isinstance(learner, _Learner)
+        assert learner.lightning is not None
+        assert learner.lightning.credit.assign(EXAMPLE, 2.0) == [0, 0, 2.0]
+    unknown = r"no credit assigner named 'finale'.*did you mean 'final'"
+    with pytest.raises(InvalidInputError, match=unknown):
+        resolve_algorithm(_Learner("finale"), plugins)
+    with pytest.raises(InvalidInputError, match="last-call-only"):  # another manager: unknown
+        resolve_algorithm(_Learner("last-call-only"), PluginManager())

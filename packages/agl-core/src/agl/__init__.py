@@ -48,9 +48,9 @@ from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm, StepBatch
+    from agl.hookspecs import hookimpl
     from agl.lightning import LightningRL, Transition, TransitionBatch
     from agl.per_agent import PerAgent
-    from agl.plugins import hookimpl
     from agl.results import RolloutResult
     from agl.runner import Runner
     from agl.tracing import Tracer
@@ -70,7 +70,7 @@ _LAZY = {
     "StepBatch": "agl.algorithm",
     "Transition": "agl.lightning",
     "TransitionBatch": "agl.lightning",
-    "hookimpl": "agl.plugins",
+    "hookimpl": "agl.hookspecs",
     "RolloutResult": "agl.results",
     "Runner": "agl.runner",
     "Tracer": "agl.tracing",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from agl.plugins import hookimpl
+from agl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm
@@ -50,9 +50,9 @@ def agl_stores() -> Mapping[str, Callable[..., Store]]:
 
 @hookimpl
 def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
-    from agl.lightning.credit import DiscountedReturn, FinalReward, StepRewards
+    from agl.lightning.credit import BUILTIN_CREDIT
 
-    return {cls.name: cls for cls in (FinalReward, StepRewards, DiscountedReturn)}
+    return dict(BUILTIN_CREDIT)
 
 
 @hookimpl

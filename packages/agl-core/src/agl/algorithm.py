@@ -23,13 +23,10 @@ batches, validation, publishing and metrics. Step algorithms can share one run, 
 from __future__ import annotations
 
 import abc
-import math
-import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import JsonValue
 
@@ -37,15 +34,17 @@ from agl.errors import InvalidInputError
 from agl.resources import LLM, Resource, ResourcesUpdate
 from agl.results import RolloutResult, fetch_results
 from agl.rollouts import RolloutConfig, RolloutMode, RolloutRequest
+from agl.step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
 from agl.store.base import Store
 
 if TYPE_CHECKING:
-    from agl.lightning import LightningRL, LLMCall, TransitionBatch
+    from agl.lightning import LightningRL
 
 __all__ = [
     "Algorithm",
     "AlgorithmContext",
     "Baseline",
+    "LoopHooks",
     "StepAlgorithm",
     "StepBatch",
     "reward_metrics",
@@ -66,6 +65,25 @@ class Algorithm(abc.ABC):
     @abc.abstractmethod
     async def run(self, ctx: AlgorithmContext) -> None:
         """Train (or evaluate) using the context's tasks, store, runners and metrics."""
+
+
+class LoopHooks(Protocol):
+    """What the training loop tells plugins (``agl_step_start`` / ``agl_step_end``); the
+    trainer's :class:`agl.plugins.PluginManager` is one."""
+
+    def step_start(self, algorithm: str, step: int) -> None:
+        """A step begins."""
+
+    def step_end(self, algorithm: str, step: int, metrics: Mapping[str, float]) -> None:
+        """A step ended, having logged ``metrics``."""
+
+
+class _NoHooks:
+    def step_start(self, algorithm: str, step: int) -> None:
+        pass
+
+    def step_end(self, algorithm: str, step: int, metrics: Mapping[str, float]) -> None:
+        pass
 
 
 class AlgorithmContext:
@@ -94,6 +112,7 @@ class AlgorithmContext:
         start_gateway: Any,
         flush_gateway: Any = None,
         console: Any = None,
+        hooks: LoopHooks | None = None,
     ) -> None:
         self.store = store
         self.run_dir = run_dir
@@ -106,6 +125,8 @@ class AlgorithmContext:
         self._progress = progress
         self._start_gateway = start_gateway
         self._flush_gateway = flush_gateway
+        self.hooks: LoopHooks = hooks if hooks is not None else _NoHooks()
+        """Whom the loop tells when a step starts and ends (the trainer's plugins)."""
         self.console = console
         """Where the trainer prints (a :class:`rich.console.Console`), or None when it is quiet;
         algorithms print their own summaries there."""
@@ -273,28 +294,6 @@ class _RunDirView(AlgorithmContext):
             setattr(object.__getattribute__(self, "_base"), name, value)
 
 
-@dataclass
-class StepBatch:
-    """What one training step hands a :class:`StepAlgorithm`.
-
-    Attributes:
-        step / epoch: Where the run is (steps count from 1).
-        results: Every rollout of the step (shared by all algorithms of a per-agent run).
-        calls: The LLM calls of this algorithm's agents, joined and attributed, with their step
-            rewards (text-level: ``call.messages()``, ``call.response``), in rollout order.
-        transitions: This algorithm's agents' transitions, when it sets ``lightning``.
-        metrics: Put figures here (``batch.metrics["loss"] = ...``); they are logged with the
-            step, prefixed with the algorithm's name when several algorithms share the run.
-    """
-
-    step: int
-    epoch: int
-    results: list[RolloutResult]
-    calls: list[LLMCall]
-    transitions: TransitionBatch | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
 class StepAlgorithm(Algorithm):
     """An algorithm that learns one batch at a time, in a loop agl runs for it.
 
@@ -322,6 +321,9 @@ class StepAlgorithm(Algorithm):
 
     lightning: LightningRL | None = None
     follows_loop: ClassVar[bool] = False
+    learns: ClassVar[bool] = True
+    """False for an algorithm that trains nothing (:class:`Baseline`): a step without LLM calls
+    is then no cause for a warning."""
     n_epochs: int = 1
     batch_size: int | None = None
     n_samples: int = 1
@@ -333,11 +335,7 @@ class StepAlgorithm(Algorithm):
         loop cuts them: ``batch_size`` tasks a step (all in one step if None), ``n_epochs``
         passes, at most ``max_steps`` (for a learning-rate schedule, or to know the last
         step)."""
-        per_epoch = 1 if self.batch_size is None else math.ceil(n_tasks / self.batch_size)
-        total = per_epoch * self.n_epochs
-        if self.max_steps is not None:
-            total = min(total, self.max_steps)
-        return total, per_epoch
+        return LoopSettings.of(self).total_steps(n_tasks)
 
     def resume_step(self) -> int:
         """The last step an earlier run of this algorithm completed and saved (0: none).
@@ -364,33 +362,8 @@ class StepAlgorithm(Algorithm):
         """
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        from agl.per_agent import PerAgent
-
-        await PerAgent({"*": self}).run(ctx)
-
-
-def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[str, float]:
-    """The usual per-step figures: reward mean/min/max, success, failures, retries, LLM calls.
-
-    A rollout without a reward (it failed, or its agent reported none) counts as 0 in
-    ``reward/mean``; ``reward/missing`` says how many there were. ``rollouts/success_rate``
-    is a fraction (0 to 1); ``rollouts/failed`` and ``rollouts/retried`` are counts.
-    """
-    rewards = [result.reward if result.reward is not None else 0.0 for result in results]
-    count = len(results) or 1
-    metrics = {
-        "reward/mean": statistics.fmean(rewards) if rewards else 0.0,
-        "reward/min": min(rewards, default=0.0),
-        "reward/max": max(rewards, default=0.0),
-        "reward/missing": float(sum(result.reward is None for result in results)),
-        "rollouts/success_rate": sum(result.succeeded for result in results) / count,
-        "rollouts/failed": float(sum(not result.succeeded for result in results)),
-        "rollouts/retried": float(sum(result.retried for result in results)),
-        "llm_calls/mean": statistics.fmean(result.llm_calls for result in results)
-        if results
-        else 0.0,
-    }
-    return {f"{prefix}{key}": value for key, value in metrics.items()}
+        member = Member(self, lambda agent: True, self.name)
+        await StepLoop([member], LoopSettings.of(self), label=self.name).run(ctx)
 
 
 class Baseline(StepAlgorithm):
@@ -407,6 +380,7 @@ class Baseline(StepAlgorithm):
     """
 
     name = "baseline"
+    learns = False
 
     def __init__(
         self, *, n_epochs: int = 1, batch_size: int | None = None, n_samples: int = 1

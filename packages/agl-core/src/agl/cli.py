@@ -81,8 +81,10 @@ def store_serve(
             f"[bold]agl store[/] serving [cyan]{db}[/] on http://{host}:{port}"
             + (" (token required)" if token else "")
         )
+        from agl.plugins import open_store
+
         serve(
-            db,
+            open_store(db),
             host=host,
             port=port,
             token=token,
@@ -99,7 +101,7 @@ def store_stats(
     store: Annotated[str, typer.Option(help="Store URL.")] = "sqlite:///agl.db",
 ) -> None:
     """Print counts of what a store holds, as JSON."""
-    from agl.store import open_store
+    from agl.plugins import open_store
 
     async def read() -> str:
         async with open_store(store) as opened:
@@ -156,7 +158,7 @@ def gateway_serve(
 
         require_server_extra("agl gateway serve")
         from agl.gateway.serve import check_bind_address, serve
-        from agl.store import open_store
+        from agl.plugins import open_store
 
         check_bind_address(host, token)
         if store.startswith("memory:"):
@@ -205,7 +207,7 @@ def _read_store(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
     """Run ``read`` against the store at ``url``; a store error is one red line and exit 1."""
     from rich.markup import escape
 
-    from agl.store import open_store
+    from agl.plugins import open_store
 
     async def run() -> T:
         async with open_store(url) as store:
@@ -309,9 +311,9 @@ def plugins(as_json: JsonOption = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from agl.plugins import DISABLE_ENV, ENTRY_POINT_GROUP, installed_plugins
+    from agl.plugins import DISABLE_ENV, ENTRY_POINT_GROUP, PluginManager
 
-    found = installed_plugins()
+    found = PluginManager().installed()
     invalid = [plugin.name for plugin in found if plugin.status == "invalid"]
     if as_json:
         data = {"group": ENTRY_POINT_GROUP, "plugins": [dataclasses.asdict(p) for p in found]}

@@ -50,9 +50,10 @@ instrument=["shout"])`` and ``agl runner --instrument shout`` find the plugin's 
 
 How agl calls hooks:
 
-- **When.** The first time something needs plugins (a name to resolve, a runner starting,
-  ``agl plugins``), agl imports every plugin module and calls each *provider* hook
-  (``agl_algorithms`` … ``agl_resource_types``) once; the answers are kept for the process.
+- **When.** Whatever resolves names builds a :class:`agl.plugins.PluginManager` (a trainer,
+  a runner, each ``agl`` command); building one imports every plugin module and calls each
+  *provider* hook (``agl_algorithms`` … ``agl_resource_types``) once; the manager keeps the
+  answers.
   Provider hooks should only return classes and factories: import heavy libraries (torch, an
   agent framework) inside the algorithm's ``run`` or the factory, not at module level.
 - **One plugin at a time.** agl calls each plugin's implementation on its own, so it knows who
@@ -61,8 +62,9 @@ How agl calls hooks:
   order the lifecycle hooks. An implementation may take fewer arguments than its hook.
 - **Names.** A name two plugins provide goes to the first: the built-in plugin ``agl`` (core's
   ``baseline`` algorithm, ``openai`` instrumentor, store schemes and credit strategies), then
-  installed plugins by entry point name, then plugins registered with
-  :func:`agl.plugins.register_plugin`. The other is ignored with a warning naming both.
+  installed plugins by entry point name, then plugins given in code
+  (``PluginManager([plugin])``, ``Trainer(plugins=[plugin])``). The other is ignored with a
+  warning naming both.
 - **Mistakes that fail loudly.** A function named ``agl_*`` that is not a hook of this module
   (a misspelling), is not marked ``@agl.hookimpl``, asks for an argument its hook does not have,
   or is a wrapper: every lookup by name and every runner start raise
@@ -73,7 +75,7 @@ How agl calls hooks:
   raises or returns something other than what its hook promises: the plugin is skipped, with
   one warning on logger ``agl.plugins`` saying which and why, and everything else works.
 - **Disabling.** ``AGL_DISABLE_PLUGINS=name1,name2`` (entry point names) or
-  :func:`agl.plugins.disable_plugins` keeps plugins from loading at all.
+  ``PluginManager(disable=[...])`` keeps plugins from loading at all.
 - **Lifecycle hooks** run on the thread that reaches the moment (the runner's event loop, the
   training loop) and should return quickly. An exception from one is logged (the first time per
   plugin and hook) and does not stop the run.
@@ -98,13 +100,16 @@ if TYPE_CHECKING:
     from agl.tracing import Tracer
     from agl.tracing.instrumentor import Instrumentor
 
-__all__ = ["LIFECYCLE_HOOKS", "PROJECT_NAME", "PROVIDER_HOOKS", "hookspec"]
+__all__ = ["LIFECYCLE_HOOKS", "PROJECT_NAME", "PROVIDER_HOOKS", "hookimpl", "hookspec"]
 
 PROJECT_NAME: Final = "agl"
 """pluggy's project name: the markers' attribute names derive from it."""
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 """Marks a hook specification (the functions below)."""
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marks a function as the implementation of the hook it is named after (``agl.hookimpl``)."""
 
 
 # --- what a plugin provides -------------------------------------------------------------------
@@ -114,7 +119,7 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 def agl_algorithms() -> Mapping[str, type[Algorithm]]:
     """Provide algorithms, by the public name users select them with.
 
-    ``agl.Trainer(algorithm="name")`` and :func:`agl.plugins.load_algorithm` find them; the
+    ``agl.Trainer(algorithm="name")`` and ``PluginManager().create_algorithm`` find them; the
     trainer builds one with no arguments, so give every constructor parameter a default.
 
     Returns:
@@ -174,10 +179,11 @@ def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
 def agl_resource_types() -> Sequence[type[Resource]]:
     """Provide resource classes, so resources of their ``type`` round-trip through any store.
 
-    Each class is registered with :func:`agl.register_resource_type` when plugins load, and
-    parsing a resource of a ``type`` this process does not know loads plugins first: a store
-    server or runner with the plugin installed gets the plugin's class back, not an
-    :class:`agl.GenericResource`.
+    Stores keep a resource of a ``type`` they do not know as an :class:`agl.GenericResource`
+    with every field; the runner turns it into the plugin's class before the agent sees it
+    (:meth:`agl.plugins.PluginManager.upgrade_resources`). Decorate the class with
+    :func:`agl.register_resource_type` too for it to parse back into its class wherever its
+    module is imported.
 
     Returns:
         Subclasses of :class:`agl.Resource`, each with a unique literal default for ``type``.
@@ -252,4 +258,4 @@ LIFECYCLE_HOOKS: Final[tuple[str, ...]] = (
     "agl_step_start",
     "agl_step_end",
 )
-"""Hooks agl calls when something happens (:func:`agl.plugins.notify`)."""
+"""Hooks agl calls when something happens (through ``PluginManager.hook``)."""

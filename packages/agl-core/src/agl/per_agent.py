@@ -29,46 +29,37 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from agl.algorithm import (
-    Algorithm,
-    AlgorithmContext,
-    Baseline,
-    StepAlgorithm,
-    StepBatch,
-    reward_metrics,
-)
+from agl.algorithm import Algorithm, AlgorithmContext, StepAlgorithm
 from agl.errors import InvalidInputError
 from agl.lightning.agents import NO_AGENT
 from agl.lightning.builder import is_pattern
-from agl.resources import Resource
+from agl.step_loop import LoopSettings, Member, StepLoop
 
 __all__ = ["PerAgent"]
 
-logger = logging.getLogger("agl.trainer")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class _Member:
     algorithm: StepAlgorithm
     keys: list[str]
-    owns: set[str] = field(default_factory=set)
     label: str = ""  # the algorithm's name, with its agents when another shares the name
-    ctx: AlgorithmContext | None = None  # its view of the run (its own run_dir if labelled)
 
 
 class PerAgent(Algorithm):
     """Run several step algorithms in one run, each on its own agents.
 
     Args:
-        algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm`, the name of an
-            installed one (built with its default settings, once per name), or None (frozen).
-            One algorithm may serve several keys.
+        algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm`, or None (frozen).
+            One algorithm may serve several keys. (``Trainer(algorithm={...})`` also takes
+            names of installed algorithms, and builds each once.)
         n_epochs / batch_size / n_samples / max_steps: The shared loop. By default taken from
             the algorithms, which must then agree; algorithms that follow the loop
             (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer) take the
@@ -81,7 +72,7 @@ class PerAgent(Algorithm):
 
     def __init__(
         self,
-        algorithms: Mapping[str, StepAlgorithm | str | None],
+        algorithms: Mapping[str, StepAlgorithm | None],
         *,
         n_epochs: int | None = None,
         batch_size: int | None = None,
@@ -96,25 +87,21 @@ class PerAgent(Algorithm):
             )
         self.rules: list[tuple[str, StepAlgorithm | None]] = []
         members: dict[int, _Member] = {}
-        by_name: dict[str, Any] = {}
         for key, entry in algorithms.items():
             given: object = key
             if not isinstance(given, str) or not given:
                 raise InvalidInputError(
                     f"agent keys must be names or patterns, got {key!r}", field="algorithm"
                 )
+            value: object = entry
             if isinstance(entry, str):
-                if entry not in by_name:
-                    from agl.plugins import create_algorithm
-
-                    where = f"algorithm[{key!r}]"
-                    try:
-                        by_name[entry] = create_algorithm(entry, field=where)
-                    except InvalidInputError as exc:
-                        raise InvalidInputError(f"agent {key!r}: {exc}", field=where) from exc
-                value: object = by_name[entry]
-            else:
-                value = entry
+                raise InvalidInputError(
+                    f"the algorithm for agent {key!r} is the name {entry!r}: names of installed "
+                    "algorithms are looked up by the Trainer (Trainer(algorithm={...})); here, "
+                    "pass the algorithm object",
+                    field=f"algorithm[{key!r}]",
+                    value=entry,
+                )
             if value is not None and not isinstance(value, StepAlgorithm):
                 kind = type(value).__name__
                 raise InvalidInputError(
@@ -150,7 +137,6 @@ class PerAgent(Algorithm):
         self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
         self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
         self._owner_cache: dict[str | None, tuple[str | None, StepAlgorithm | None]] = {}
-        self._started: list[_Member] = []
         self._warned: set[str] = set()  # warnings given once per run
 
     def _agree(self, setting: str, given: Any) -> Any:
@@ -186,21 +172,9 @@ class PerAgent(Algorithm):
         self._owner_cache[agent] = found
         return found
 
-    def _check_calls(self, step: int, succeeded: int, by_agent: Counter[str | None]) -> None:
-        """Warn (once a run each) when a step's successful rollouts recorded no LLM call at all,
-        or when a key matched none of its calls: either way something trains on nothing."""
-        if not succeeded or all(isinstance(m.algorithm, Baseline) for m in self.members):
-            return
-        if not by_agent:
-            self._warn_once(
-                "no-calls",
-                f"step {step}: {succeeded} rollouts succeeded and recorded no LLM call: nothing "
-                "to learn from. agl sees an agent's calls through the gateway (an LLM resource "
-                "served by ctx.serve_llm) or an instrumentation: pass instrument=['openai'] (or "
-                "the agent framework's adapter, `agl plugins` lists them) to the Trainer, or "
-                "`import agl.auto` in the agent's module.",
-            )
-            return
+    def _check_keys(self, step: int, by_agent: Counter[str | None]) -> None:
+        """Warn (once a run each) when a key matched none of a step's calls: its algorithm
+        trains on nothing, or a frozen key freezes nothing."""
         matched = {self._rule(agent)[0] for agent in by_agent}
         seen = ", ".join(sorted(agent or NO_AGENT for agent in by_agent))
         for key, algorithm in self.rules:
@@ -219,145 +193,13 @@ class PerAgent(Algorithm):
             logger.warning("%s (said once a run)", message)
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        try:
-            await self._setup(ctx)
-            await self._loop(ctx)
-        finally:
-            for member in reversed(self._started):
-                try:
-                    await member.algorithm.close(member.ctx or ctx)
-                except Exception:
-                    logger.exception("closing algorithm %r failed", member.label)
-
-    async def _loop(self, ctx: AlgorithmContext) -> None:
-        resumed = self._resumed_step()
-        if resumed:
-            ctx.rewind(resumed)
-            logger.info("resuming after step %d", resumed)
-        step = 0
-        if ctx.val_tasks and not resumed:
-            await self._validate(ctx, step)
-        for epoch in range(self.n_epochs):
-            for tasks in ctx.batches(ctx.train_tasks, self.batch_size):
-                if self.max_steps is not None and step >= self.max_steps:
-                    break
-                step += 1
-                if step > resumed:
-                    await self._step(ctx, tasks, step, epoch)
-        if ctx.val_tasks and self.n_epochs > 0 and step > resumed:
-            await self._validate(ctx, step)
-
-    def _resumed_step(self) -> int:
-        steps = {m.label: m.algorithm.resume_step() for m in self.members}
-        if len(set(steps.values())) > 1:
-            raise InvalidInputError(
-                f"the algorithms resume from different steps ({steps}): give them checkpoints "
-                "of the same step, or none",
-                field="resume",
-            )
-        return next(iter(steps.values()))
-
-    async def _setup(self, ctx: AlgorithmContext) -> None:
-        owned: dict[str, str] = {}
-        published: dict[str, Resource] = {}
-        self._started = []
-        for member in self.members:
-            labelled = member.label != member.algorithm.name
-            member.ctx = ctx.with_run_dir(ctx.run_dir / member.label) if labelled else ctx
-            self._started.append(member)
-            resources = dict(await member.algorithm.setup(member.ctx))
-            for name in resources:
-                if name in owned:
-                    raise InvalidInputError(
-                        f"resource {name!r} is claimed by both {owned[name]!r} and "
-                        f"{member.label!r}: each resource has one owner",
-                        field="resources",
-                    )
-                owned[name] = member.label
-            member.owns = set(resources)
-            published.update(resources)
-        if published:
-            await ctx.publish({**ctx.resources, **published})
-
-    async def _step(self, ctx: AlgorithmContext, tasks: list[Any], step: int, epoch: int) -> None:
-        from agl.lightning import extract_calls
-        from agl.plugins import notify
-
-        started = time.monotonic()
-        notify("agl_step_start", algorithm=self.label, step=step)
-        results = await ctx.run_rollouts(
-            tasks,
-            n=self.n_samples,
-            description=f"epoch {epoch + 1} step {step}",
-            timeout=self.step_timeout,
+        members = [
+            Member(m.algorithm, partial(self._owns, m.algorithm), m.label) for m in self.members
+        ]
+        settings = LoopSettings(
+            self.n_epochs, self.batch_size, self.n_samples, self.max_steps, self.step_timeout
         )
-        rollout_s = time.monotonic() - started
-        extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
-        metrics = reward_metrics(results)
-        # Every agent's calls, trained or not: what a multi-agent run did, step by step.
-        by_agent = Counter(
-            call.agent or NO_AGENT for calls in extracted.values() for call in calls.calls
-        )
-        self._check_calls(
-            step,
-            sum(result.succeeded for result in results),
-            Counter(call.agent for calls in extracted.values() for call in calls.calls),
-        )
-        metrics.update({f"agents/{agent}/calls": float(n) for agent, n in sorted(by_agent.items())})
-        updates: dict[str, Resource] = {}
-        prefix_names = len(self.members) > 1
-        for member in self.members:
-            algorithm = member.algorithm
+        await StepLoop(members, settings, label=self.label, check_calls=self._check_keys).run(ctx)
 
-            def mine(agent: str | None, algorithm: StepAlgorithm = algorithm) -> bool:
-                return self.owner(agent) is algorithm
-
-            calls = [
-                call
-                for result in results
-                for call in extracted[result.rollout.rollout_id].calls
-                if mine(call.agent)
-            ]
-            transitions = None
-            if algorithm.lightning is not None:
-                rule = algorithm.lightning.selector
-
-                def trained(agent: str | None, owned: Any = mine, rule: Any = rule) -> bool:
-                    # its agents in this run, narrowed by its own LightningRL(agents=...)
-                    return bool(owned(agent) and rule(agent))
-
-                transitions = algorithm.lightning.build(
-                    results, step=step, calls=extracted, select=trained
-                )
-            batch = StepBatch(step, epoch, results, calls, transitions)
-            new = dict(await algorithm.step(member.ctx or ctx, batch) or {})
-            stray = sorted(set(new) - member.owns)
-            if stray:
-                raise InvalidInputError(
-                    f"algorithm {member.label!r} returned resources {stray} it does not own "
-                    f"(it owns {sorted(member.owns)}; an algorithm owns what its setup() "
-                    "returned)",
-                    field="resources",
-                )
-            updates.update(new)
-            prefix = f"{member.label}/" if prefix_names else ""
-            metrics[f"{prefix}calls"] = float(len(calls))
-            if transitions is not None:
-                metrics.update(transitions.report.as_metrics(f"{prefix}transitions/"))
-                made = Counter(t.agent or NO_AGENT for t in transitions)
-                metrics.update(
-                    {f"agents/{agent}/transitions": float(n) for agent, n in made.items()}
-                )
-            metrics.update({f"{prefix}{k}": float(v) for k, v in batch.metrics.items()})
-        if updates:
-            await ctx.publish({**ctx.resources, **updates})
-        metrics["time/rollout_s"] = rollout_s
-        metrics["time/step_s"] = time.monotonic() - started
-        ctx.log(step, metrics)
-        notify("agl_step_end", algorithm=self.label, step=step, metrics=metrics)
-
-    async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
-        results = await ctx.run_rollouts(
-            ctx.val_tasks, mode="val", description="validation", timeout=self.step_timeout
-        )
-        ctx.log(step, reward_metrics(results, prefix="val/"))
+    def _owns(self, algorithm: StepAlgorithm, agent: str | None) -> bool:
+        return self.owner(agent) is algorithm

@@ -1,4 +1,4 @@
-"""Find agl's plugins, check them, and look up what they provide.
+"""agl's plugin manager: find plugins, check them, and turn names into objects.
 
 A plugin is a module of ``@agl.hookimpl`` functions (the hooks: :mod:`agl.hookspecs`) that a
 distribution names in an entry point of group ``agl.plugins``, as pytest plugins do with
@@ -7,35 +7,43 @@ distribution names in an entry point of group ``agl.plugins``, as pytest plugins
     [project.entry-points."agl.plugins"]
     langchain = "agl_langchain.plugin"
 
-Nothing happens at ``import agl``. The first call that needs plugins loads them all, once per
-process: core's built-in plugin ``agl`` first, then every entry point by name, then plugins
-registered in code (:func:`register_plugin`). Loading imports each module, registers it with a
-:class:`pluggy.PluginManager`, checks its hooks, and calls its provider hooks once. A plugin
-with a misspelled or malformed hook makes every lookup raise :class:`PluginError`; one that
-fails to import, raises, or returns the wrong thing is skipped with one warning on logger
-``agl.plugins``. :func:`installed_plugins` (and ``agl plugins``) reports what happened to each.
-
-Lookups: :func:`algorithm_classes` / :func:`load_algorithm`, :func:`instrumentor_factories` /
-:func:`create_instrumentor`, :func:`store_factories`, :func:`credit_assigner_factories` /
-:func:`load_credit_assigner`; lifecycle hooks fire through :func:`notify`.
+There is no process-wide plugin state. Whoever resolves names (the :class:`~agl.Trainer`, the
+:class:`~agl.Runner`, the CLI) owns a :class:`PluginManager`, and everything below them takes
+objects. Building one registers core's built-in plugin ``agl`` first, then every entry point by
+name (less those ``AGL_DISABLE_PLUGINS`` names), then the plugins given in code, checking each
+and calling its provider hooks once. A plugin with a misspelled or malformed hook makes every
+lookup raise :class:`PluginError`; one that fails to import, raises, or returns the wrong thing
+is skipped with one warning on logger ``agl.plugins``. :meth:`PluginManager.installed` (and
+``agl plugins``) reports what happened to each.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.metadata
 import logging
 import os
-import threading
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pluggy
 
 from agl import hookspecs
+from agl._plugin_checks import (
+    KINDS,
+    Invalid,
+    Skip,
+    check_hooks,
+    check_marked,
+    check_provided,
+    failure,
+    registration_problem,
+    show,
+)
 from agl.errors import AglError, InvalidInputError
-from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS
+from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS, hookimpl
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm
@@ -46,26 +54,13 @@ if TYPE_CHECKING:
     from agl.tracing.instrumentor import Instrumentor, InstrumentorFactory
 
 __all__ = [
-    "BUILTIN_PLUGIN",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
     "PluginError",
     "PluginInfo",
-    "algorithm_classes",
-    "create_instrumentor",
-    "credit_assigner_factories",
-    "disable_plugins",
+    "PluginManager",
     "hookimpl",
-    "implemented",
-    "installed_plugins",
-    "instrumentor_factories",
-    "load_algorithm",
-    "load_credit_assigner",
-    "notify",
-    "plugin_manager",
-    "register_plugin",
-    "reset_plugins",
-    "store_factories",
+    "open_store",
 ]
 
 ENTRY_POINT_GROUP: Final = "agl.plugins"
@@ -74,13 +69,10 @@ ENTRY_POINT_GROUP: Final = "agl.plugins"
 DISABLE_ENV: Final = "AGL_DISABLE_PLUGINS"
 """Environment variable naming plugins (entry point names, comma-separated) not to load."""
 
-BUILTIN_PLUGIN: Final = "agl"
+BUILTIN: Final = "agl"
 """The name of core's own plugin, which provides the built-in names."""
 
-hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT_NAME)
-"""Marks a function as the implementation of the hook it is named after (``agl.hookimpl``)."""
-
-logger = logging.getLogger("agl.plugins")
+logger = logging.getLogger(__name__)
 
 
 class PluginError(AglError):
@@ -107,7 +99,7 @@ class PluginInfo:
             or malformed: agl refuses to run until it is fixed or disabled); ``"disabled"``.
         builtin: Whether this is core's own plugin.
         algorithms / instrumentors / stores / credit_assigners: The names it provides.
-        resource_types: The resource ``type`` tags it registers.
+        resource_types: The resource ``type`` tags it provides.
         hooks: The lifecycle hooks it implements.
         ignored: What it provides that an earlier plugin already did (and so is not used).
     """
@@ -135,399 +127,379 @@ class PluginInfo:
         return f"{self.name!r} ({origin})"
 
 
-@dataclass(frozen=True)
-class _Kind:
-    """What one provider hook provides."""
+class PluginManager(pluggy.PluginManager):
+    """The plugins one trainer, runner or command uses, and the names they provide.
 
-    hook: str
-    field: str
-    """The :class:`PluginInfo` field listing the names."""
-    label: str
-    expected: str
+    Args:
+        plugins: Plugins to use without installing them (modules or objects with
+            ``@agl.hookimpl`` functions), after every installed one (so they cannot take
+            their names); checked at once, as :meth:`add` does.
+        disable: Entry point names not to load, besides those of ``AGL_DISABLE_PLUGINS``.
+        entry_points: Load installed plugins (False: only the built-in one and ``plugins``).
 
+    Raises:
+        PluginError: one of ``plugins`` is invalid or would be skipped.
+    """
 
-_KINDS: Final = {
-    kind.hook: kind
-    for kind in (
-        _Kind("agl_algorithms", "algorithms", "algorithm", "agl.Algorithm subclasses"),
-        _Kind("agl_instrumentors", "instrumentors", "instrumentor", "factories taking a Tracer"),
-        _Kind("agl_stores", "stores", "store scheme", "factories of stores"),
-        _Kind("agl_credit_assigners", "credit_assigners", "credit assigner", "strategy factories"),
-        _Kind("agl_resource_types", "resource_types", "resource type", "agl.Resource subclasses"),
-    )
-}
-assert tuple(_KINDS) == PROVIDER_HOOKS
+    def __init__(
+        self,
+        plugins: Iterable[object] = (),
+        *,
+        disable: Iterable[str] = (),
+        entry_points: bool = True,
+    ) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self._infos: list[PluginInfo] = []
+        self._provided: dict[str, dict[str, Any]] = {hook: {} for hook in PROVIDER_HOOKS}
+        self._providers: dict[tuple[str, str], PluginInfo] = {}
+        self._failed_hooks: set[tuple[str, str]] = set()
+        self._disabled = dict.fromkeys(disable, "disabled in code")
+        for name in os.environ.get(DISABLE_ENV, "").split(","):
+            if name.strip():
+                self._disabled[name.strip()] = f"disabled by {DISABLE_ENV}"
+        builtin = PluginInfo(BUILTIN, "agl._builtin_plugin", "agl-core", _version(), builtin=True)
+        self._load(builtin, lambda: importlib.import_module(builtin.module))
+        if entry_points:
+            found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+            for point in sorted(found, key=lambda point: (point.name, point.value)):
+                dist = point.dist
+                info = PluginInfo(
+                    point.name,
+                    point.value,
+                    None if dist is None else dist.name,
+                    None if dist is None else dist.version,
+                )
+                self._load(info, point.load)
+        for plugin in plugins:
+            self.add(plugin)
+        try:
+            self.check_pending()
+        except pluggy.PluginValidationError as exc:  # the per-plugin checks should catch these
+            raise PluginError(f"agl plugins: {exc}") from exc
 
+    # --- adding plugins ---------------------------------------------------------------------
 
-# --- the loaded state -------------------------------------------------------------------------
+    def add(self, plugin: object, name: str | None = None) -> PluginInfo:
+        """Use ``plugin`` (a module or object with ``@agl.hookimpl`` functions), checked at once.
 
+        Args:
+            plugin: The module or object.
+            name: The plugin's name (default: the module's ``__name__``, as pluggy names it).
 
-@dataclass
-class _State:
-    """Everything loading found: immutable once built, except the failure log of notify."""
+        Raises:
+            PluginError: the plugin is invalid or would be skipped (the error says why); it is
+                not kept.
+        """
+        name = name or self.get_canonical_name(plugin)
+        module = str(getattr(plugin, "__name__", type(plugin).__qualname__))
+        info = self._load(PluginInfo(name, module, None, None), lambda: plugin)
+        if info.status not in ("ok", "disabled"):
+            self._infos.remove(info)
+            message = f"plugin {info.describe()} is {info.status}: {info.error}"
+            raise PluginError(message, value=name)
+        return info
 
-    manager: pluggy.PluginManager
-    plugins: list[PluginInfo]
-    provided: dict[str, dict[str, Any]]
-    """Provider hook → name (resource types: tag) → what the winning plugin gave."""
-    providers: dict[tuple[str, str], str]
-    """(provider hook, name) → the name of the plugin whose it is."""
-    lifecycle: dict[str, list[tuple[str, Callable[..., Any], tuple[str, ...]]]]
-    """Lifecycle hook → (plugin name, function, its argument names), in pluggy's call order."""
-    lifecycle_args: dict[str, frozenset[str]]
-    registered_tags: list[tuple[str, type[Resource]]]
-    """Resource types this load added to the registry (undone by reset_plugins)."""
-    failed_hooks: set[tuple[str, str]] = field(default_factory=set)
+    def _load(self, info: PluginInfo, load: Callable[[], object]) -> PluginInfo:
+        reason = self._disabled.get(info.name)
+        if reason is not None and not info.builtin:
+            self.set_blocked(info.name)
+            logger.info("agl plugin %s is %s", info.describe(), reason)
+            return self._keep(replace(info, status="disabled", error=reason))
+        plugin: object = None
+        try:
+            if self.has_plugin(info.name) or self.is_blocked(info.name):
+                raise Skip(f"another plugin already has the name {info.name!r}")
+            try:
+                plugin = load()
+            except Exception as exc:
+                raise Skip(f"importing {info.module} failed: {failure(exc)}") from exc
+            check_marked(plugin)
+            try:
+                self.register(plugin, name=info.name)
+            except pluggy.PluginValidationError as exc:
+                raise registration_problem(exc) from exc
+            except ValueError as exc:  # pluggy: this object is already registered under a name
+                raise Skip(str(exc)) from exc
+            check_hooks(self, plugin)
+            provided = self._call_providers(plugin)
+        except (Skip, Invalid) as exc:
+            if plugin is not None and self.get_plugin(info.name) is plugin:
+                self.unregister(name=info.name)
+            if info.builtin:  # core's own plugin failing is a bug in agl, not a plugin problem
+                raise AglError(f"agl's built-in plugin failed: {exc}") from exc
+            status: PluginStatus = "invalid" if isinstance(exc, Invalid) else "skipped"
+            if status == "skipped":
+                logger.warning("skipped agl plugin %s: %s", info.describe(), exc)
+            return self._keep(replace(info, status=status, error=str(exc)))
+        self._guard_lifecycle(info.name, plugin)
+        return self._keep(self._merge(info, plugin, provided))
 
-    def invalid(self) -> list[PluginInfo]:
-        return [plugin for plugin in self.plugins if plugin.status == "invalid"]
+    def _keep(self, info: PluginInfo) -> PluginInfo:
+        self._infos.append(info)
+        return info
+
+    def _call_providers(self, plugin: object) -> dict[str, dict[str, Any]]:
+        provided: dict[str, dict[str, Any]] = {}
+        for hook in PROVIDER_HOOKS:
+            for impl in getattr(self.hook, hook).get_hookimpls():
+                if impl.plugin is plugin:  # one plugin's answer, so a failure is its own
+                    try:
+                        value = impl.function()
+                    except Exception as exc:
+                        raise Skip(f"{hook}() raised {failure(exc)}") from exc
+                    provided.setdefault(hook, {}).update(check_provided(hook, value))
+        return provided
+
+    def _merge(
+        self, info: PluginInfo, plugin: object, provided: dict[str, dict[str, Any]]
+    ) -> PluginInfo:
+        names: dict[str, list[str]] = {}
+        ignored: list[str] = []
+        for hook, values in provided.items():
+            kind = KINDS[hook]
+            for name, value in values.items():
+                other = self._providers.get((hook, name))
+                if other is not None:
+                    ignored.append(f"{kind.label} {name!r} (plugin {other.name!r} has it)")
+                    logger.warning(
+                        "%s %r is provided by agl plugins %s and %s; using %r's",
+                        kind.label, name, other.describe(), info.describe(), other.name,
+                    )  # fmt: skip
+                    continue
+                self._provided[hook][name] = value
+                self._providers[(hook, name)] = info
+                names.setdefault(kind.field, []).append(name)
+        hooks = tuple(
+            hook
+            for hook in LIFECYCLE_HOOKS
+            if any(impl.plugin is plugin for impl in getattr(self.hook, hook).get_hookimpls())
+        )
+        return replace(
+            info,
+            algorithms=tuple(names.get("algorithms", ())),
+            instrumentors=tuple(names.get("instrumentors", ())),
+            stores=tuple(names.get("stores", ())),
+            credit_assigners=tuple(names.get("credit_assigners", ())),
+            resource_types=tuple(names.get("resource_types", ())),
+            hooks=hooks,
+            ignored=tuple(ignored),
+        )
+
+    def _guard_lifecycle(self, name: str, plugin: object) -> None:
+        """Make each lifecycle hook of ``plugin`` log its exceptions instead of raising them,
+        so one plugin's failure neither stops the run nor the other plugins' calls."""
+        for hook in LIFECYCLE_HOOKS:
+            for impl in getattr(self.hook, hook).get_hookimpls():
+                if impl.plugin is plugin:
+                    impl.function = self._guarded(name, hook, impl.function)
+
+    def _guarded(self, name: str, hook: str, function: Callable[..., Any]) -> Callable[..., None]:
+        def guarded(*args: Any) -> None:
+            try:
+                function(*args)
+            except Exception as exc:
+                first = (name, hook) not in self._failed_hooks
+                self._failed_hooks.add((name, hook))
+                logger.log(
+                    logging.WARNING if first else logging.DEBUG,
+                    "agl plugin %r: %s raised %s%s",
+                    name, hook, failure(exc),
+                    "; later failures of this hook are logged at debug level" if first else "",
+                    exc_info=first,
+                )  # fmt: skip
+
+        return guarded
+
+    # --- what there is ----------------------------------------------------------------------
+
+    def installed(self) -> list[PluginInfo]:
+        """Every plugin, in precedence order, with what it provides or why it is not used.
+
+        The built-in plugin comes first, then installed plugins by entry point name, then
+        those given in code. Never raises for a plugin's sake: broken plugins are reported in
+        :attr:`PluginInfo.status` and :attr:`PluginInfo.error`.
+        """
+        return list(self._infos)
+
+    def check(self) -> None:
+        """Raise :class:`PluginError` if a plugin is invalid (every lookup calls this)."""
+        invalid = [plugin for plugin in self._infos if plugin.status == "invalid"]
+        if invalid:
+            reasons = "; ".join(f"plugin {plugin.describe()}: {plugin.error}" for plugin in invalid)
+            names = ",".join(plugin.name for plugin in invalid)
+            raise PluginError(
+                f"invalid agl plugin{'s' if len(invalid) > 1 else ''}: {reasons}. Fix "
+                f"{'them' if len(invalid) > 1 else 'it'}, or disable with {DISABLE_ENV}={names}",
+                field="plugins",
+                value=names,
+            )
+
+    def implements(self, *hooks: str) -> bool:
+        """Whether a plugin in use implements one of these lifecycle hooks."""
+        unknown = sorted(set(hooks) - set(LIFECYCLE_HOOKS))
+        if unknown:
+            raise InvalidInputError(
+                f"{unknown} are not agl lifecycle hooks; they are {list(LIFECYCLE_HOOKS)}",
+                field="hooks",
+            )
+        return any(getattr(self.hook, hook).get_hookimpls() for hook in hooks)
+
+    def provided(self, hook: str) -> dict[str, Any]:
+        """What plugins provide through a provider hook: name (resource types: tag) → value."""
+        self.check()
+        return dict(self._provided[hook])
 
     def provider(self, hook: str, name: str) -> PluginInfo:
         """The plugin that provides ``name`` through ``hook``."""
-        plugin_name = self.providers[(hook, name)]
-        return next(plugin for plugin in self.plugins if plugin.name == plugin_name)
+        return self._providers[(hook, name)]
 
+    def lookup(self, hook: str, name: str) -> Any:
+        """What the plugin that provides ``name`` through ``hook`` gave.
 
-class _Registry:
-    """The process's plugins: what code registered and disabled, and the loaded state."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.state: _State | None = None
-        self.loading = False
-        self.disabled: set[str] = set()
-        self.registered: list[tuple[str, object]] = []
-
-    def forget(self) -> None:
-        """Drop the loaded state (and the resource types it registered); load again on use."""
-        from agl.resources import _unregister_resource_type
-
-        with self.lock:
-            if self.state is not None:
-                for tag, cls in self.state.registered_tags:
-                    _unregister_resource_type(tag, cls)
-            self.state = None
-
-
-_registry = _Registry()
-
-
-def _loaded() -> _State:
-    """The loaded plugins, loading them on first use (whatever is wrong with them)."""
-    state = _registry.state
-    if state is not None:
-        return state
-    with _registry.lock:
-        if _registry.state is None:
-            if _registry.loading:
-                raise PluginError(
-                    "a plugin asked for agl's plugins while they were loading (when imported, "
-                    "or from a provider hook); look them up later, when they are used"
-                )
-            _registry.loading = True
-            try:
-                from agl._plugin_loader import load
-
-                _registry.state = load()
-            finally:
-                _registry.loading = False
-        return _registry.state
-
-
-def _checked() -> _State:
-    """The loaded plugins; raise :class:`PluginError` if any is invalid."""
-    state = _loaded()
-    invalid = state.invalid()
-    if invalid:
-        reasons = "; ".join(f"plugin {plugin.describe()}: {plugin.error}" for plugin in invalid)
-        names = ",".join(plugin.name for plugin in invalid)
-        raise PluginError(
-            f"invalid agl plugin{'s' if len(invalid) > 1 else ''}: {reasons}. Fix "
-            f"{'them' if len(invalid) > 1 else 'it'}, or disable with {DISABLE_ENV}={names}",
-            field="plugins",
-            value=names,
-        )
-    return state
-
-
-# --- public API -------------------------------------------------------------------------------
-
-
-def plugin_manager() -> pluggy.PluginManager:
-    """Return the plugin manager holding every plugin in use (loading them on first use).
-
-    Raises:
-        PluginError: a plugin implements a hook that does not exist, or implements one wrongly.
-    """
-    return _checked().manager
-
-
-def installed_plugins() -> list[PluginInfo]:
-    """Return every plugin, in precedence order, with what it provides or why it is not used.
-
-    The built-in plugin comes first, then installed plugins by entry point name, then those
-    registered in code. Never raises for a plugin's sake: broken plugins are reported in
-    :attr:`PluginInfo.status` and :attr:`PluginInfo.error`.
-    """
-    return list(_loaded().plugins)
-
-
-def reset_plugins() -> None:
-    """Forget the loaded plugins, plugins registered and disabled in code; load again on use.
-
-    Resource types that plugins registered are unregistered. For tests, and for code that
-    installs a plugin while running.
-    """
-    with _registry.lock:
-        _registry.forget()
-        _registry.disabled.clear()
-        _registry.registered.clear()
-
-
-def disable_plugins(*names: str) -> None:
-    """Keep the named plugins (entry point names) from loading, as ``AGL_DISABLE_PLUGINS`` does.
-
-    Plugins already loaded are reloaded without them on next use.
-    """
-    with _registry.lock:
-        _registry.disabled.update(names)
-        _registry.forget()
-
-
-def register_plugin(plugin: object, name: str | None = None) -> None:
-    """Use ``plugin`` (a module or object with ``@agl.hookimpl`` functions) without installing it.
-
-    It comes after every installed plugin (so it cannot take their names) and is checked at
-    once.
-
-    Args:
-        plugin: The module or object.
-        name: The plugin's name (default: the module's ``__name__``).
-
-    Raises:
-        PluginError: the plugin is invalid or would be skipped (the error says why); it is
-            not kept.
-    """
-    name = name or getattr(plugin, "__name__", None)
-    if not isinstance(name, str) or not name:
-        raise InvalidInputError("register_plugin needs a name for this plugin", field="name")
-    with _registry.lock:
-        _registry.registered.append((name, plugin))
-        _registry.forget()
-        info = next(p for p in reversed(_loaded().plugins) if p.name == name)
-        if info.status in ("ok", "disabled"):
-            return
-        _registry.registered.pop()
-        _registry.forget()
-    raise PluginError(f"plugin {info.describe()} is {info.status}: {info.error}", value=name)
-
-
-def algorithm_classes() -> dict[str, type[Algorithm]]:
-    """Return every algorithm plugins provide: public name → class."""
-    return dict(_checked().provided["agl_algorithms"])
-
-
-def load_algorithm(name: str) -> type[Algorithm]:
-    """Return the algorithm class published under ``name``.
-
-    Raises:
-        InvalidInputError: no plugin provides it (the message lists the names there are).
-        PluginError: an installed plugin is invalid.
-    """
-    cls: type[Algorithm] = _lookup("agl_algorithms", name)
-    return cls
-
-
-def create_algorithm(name: str, *, field: str = "algorithm") -> Algorithm:
-    """Build the algorithm published under ``name`` with its default settings.
-
-    This is what ``agl.Trainer(algorithm="name")`` and ``{"agent": "name"}`` do.
-
-    Raises:
-        InvalidInputError: no plugin provides it, or its class does not build without
-            arguments (the message says to build it yourself), or builds no algorithm.
-        PluginError: an installed plugin is invalid.
-    """
-    from agl.algorithm import Algorithm
-
-    cls = load_algorithm(name)
-    try:
-        built: object = cls()
-    except TypeError as exc:
-        raise InvalidInputError(
-            f"algorithm {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built "
-            f"with default settings ({exc}); build it yourself and pass the object",
-            field=field,
-        ) from exc
-    if not isinstance(built, Algorithm):
-        raise InvalidInputError(
-            f"algorithm {name!r} built a {type(built).__name__}, not an agl.Algorithm",
-            field=field,
-        )
-    return built
-
-
-def instrumentor_factories() -> dict[str, InstrumentorFactory]:
-    """Return every instrumentor plugins provide: name → factory taking a tracer."""
-    return dict(_checked().provided["agl_instrumentors"])
-
-
-def create_instrumentor(name: str, tracer: Tracer) -> Instrumentor:
-    """Build the instrumentor ``name`` for ``tracer`` (not yet instrumenting).
-
-    Raises:
-        InvalidInputError: no plugin provides it.
-        PluginError: its factory built something without ``instrument``/``uninstrument``/
-            ``instrumented``.
-    """
-    from agl.tracing.instrumentor import Instrumentor
-
-    factory: InstrumentorFactory = _lookup("agl_instrumentors", name)
-    instrumentor: object = factory(tracer)
-    if not isinstance(instrumentor, Instrumentor):
-        who = _checked().provider("agl_instrumentors", name)
-        raise PluginError(
-            f"instrumentor {name!r} of plugin {who.describe()} built {_show(instrumentor)}, "
-            "which is not an Instrumentor (instrument(), uninstrument(), instrumented)",
-            field="instrument",
-            value=name,
-        )
-    return instrumentor
-
-
-def store_factories() -> dict[str, Callable[..., Store]]:
-    """Return every store backend: URL scheme → factory ``(url, **options) -> Store``."""
-    return dict(_checked().provided["agl_stores"])
-
-
-def credit_assigner_factories() -> dict[str, Callable[..., CreditAssigner]]:
-    """Return every credit-assignment strategy: name → factory."""
-    return dict(_checked().provided["agl_credit_assigners"])
-
-
-def load_credit_assigner(name: str) -> Callable[..., CreditAssigner]:
-    """Return the factory of the credit-assignment strategy ``name``.
-
-    Raises:
-        InvalidInputError: no plugin provides it.
-    """
-    factory: Callable[..., CreditAssigner] = _lookup("agl_credit_assigners", name)
-    return factory
-
-
-def implemented(*hook_names: str) -> bool:
-    """Whether any plugin implements one of these lifecycle hooks (so firing them is useful).
-
-    Raises:
-        PluginError: an installed plugin is invalid.
-    """
-    state = _checked()
-    for hook_name in hook_names:
-        _lifecycle_hook(state, hook_name)
-    return any(state.lifecycle[hook_name] for hook_name in hook_names)
-
-
-def notify(hook_name: str, **kwargs: Any) -> None:
-    """Call every implementation of a lifecycle hook; a plugin's exception never propagates.
-
-    Each implementation is called on its own, in pluggy's order; one that raises is logged on
-    ``agl.plugins`` (with its traceback, the first time for that plugin and hook; at debug
-    level after that) and the others still run. Invalid plugins are not called.
-
-    Raises:
-        InvalidInputError: ``hook_name`` is not a lifecycle hook, or ``kwargs`` are not its
-            arguments (the caller's mistake, not a plugin's).
-    """
-    state = _loaded()
-    calls = _lifecycle_hook(state, hook_name)
-    if not calls:
-        return
-    expected = state.lifecycle_args[hook_name]
-    if kwargs.keys() != expected:
-        raise InvalidInputError(
-            f"{hook_name} takes {sorted(expected)}, got {sorted(kwargs)}",
-            field="kwargs",
-        )
-    for plugin_name, function, argnames in calls:
-        try:
-            function(*(kwargs[argname] for argname in argnames))
-        except Exception as exc:
-            key = (plugin_name, hook_name)
-            first = key not in state.failed_hooks
-            state.failed_hooks.add(key)
-            logger.log(
-                logging.WARNING if first else logging.DEBUG,
-                "agl plugin %r: %s raised %s%s",
-                plugin_name,
-                hook_name,
-                _failure(exc),
-                "; later failures of this hook are logged at debug level" if first else "",
-                exc_info=first,
+        Raises:
+            InvalidInputError: no plugin provides it (the message lists the names there are).
+            PluginError: a plugin is invalid.
+        """
+        provided = self.provided(hook)
+        if name in provided:
+            return provided[name]
+        kind = KINDS[hook]
+        message = f"no {kind.label} named {name!r}; available: {sorted(provided)}"
+        close = difflib.get_close_matches(name, provided, n=1)
+        if close:
+            message += f" (did you mean {close[0]!r}?)"
+        unused = [plugin for plugin in self._infos if plugin.status != "ok"]
+        if unused:
+            message += "; not loaded: " + ", ".join(
+                f"{plugin.name!r} ({plugin.status})" for plugin in unused
             )
+        message += ". Installed plugins add more: `agl plugins` lists them"
+        raise InvalidInputError(message, field=kind.label.replace(" ", "_"), value=name)
+
+    # --- names into objects -----------------------------------------------------------------
+
+    def create_algorithm(self, name: str, *, field: str = "algorithm") -> Algorithm:
+        """Build the algorithm published under ``name`` with its default settings.
+
+        Raises:
+            InvalidInputError: no plugin provides it, or its class does not build without
+                arguments (the message says to build it yourself), or builds no algorithm.
+            PluginError: a plugin is invalid.
+        """
+        from agl.algorithm import Algorithm
+
+        cls = self.lookup("agl_algorithms", name)
+        try:
+            built: object = cls()
+        except TypeError as exc:
+            raise InvalidInputError(
+                f"algorithm {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be built "
+                f"with default settings ({exc}); build it yourself and pass the object",
+                field=field,
+            ) from exc
+        if not isinstance(built, Algorithm):
+            raise InvalidInputError(
+                f"algorithm {name!r} built a {type(built).__name__}, not an agl.Algorithm",
+                field=field,
+            )
+        return built
+
+    def create_instrumentor(self, name: str, tracer: Tracer) -> Instrumentor:
+        """Build the instrumentor ``name`` for ``tracer`` (not yet instrumenting).
+
+        Raises:
+            InvalidInputError: no plugin provides it.
+            PluginError: its factory built something that is not an instrumentor.
+        """
+        from agl.tracing.instrumentor import Instrumentor
+
+        factory: InstrumentorFactory = self.lookup("agl_instrumentors", name)
+        instrumentor: object = factory(tracer)
+        if not isinstance(instrumentor, Instrumentor):
+            who = self.provider("agl_instrumentors", name).describe()
+            raise PluginError(
+                f"instrumentor {name!r} of plugin {who} built {show(instrumentor)}, "
+                "which is not an Instrumentor (instrument(), uninstrument(), instrumented)",
+                field="instrument",
+                value=name,
+            )
+        return instrumentor
+
+    def create_credit_assigner(self, name: str) -> CreditAssigner:
+        """Build the credit-assignment strategy ``name`` with its default settings.
+
+        Raises:
+            InvalidInputError: no plugin provides it, or it built no strategy.
+        """
+        from agl.lightning.credit import credit_assigner
+
+        return credit_assigner(self.lookup("agl_credit_assigners", name)(), name=name)
+
+    def open_store(self, url: str, **options: Any) -> Store:
+        """Open the store ``url`` names: a built-in scheme, or one a plugin provides.
+
+        Raises:
+            InvalidInputError: no one provides the URL's scheme, or its options are wrong.
+            PluginError: the scheme's factory returned something that is not a store.
+        """
+        from agl.store.base import Store
+        from agl.store.open import SCHEMES, open_store, scheme_of
+
+        scheme = scheme_of(url)
+        if scheme in SCHEMES:  # core's own: no plugin needed, nor checked
+            return open_store(url, **options)
+        store: object = open_store(url, schemes=self.provided("agl_stores"), **options)
+        if not isinstance(store, Store):
+            raise PluginError(
+                f"the {scheme!r} store factory of plugin "
+                f"{self.provider('agl_stores', scheme).describe()} returned "
+                f"{type(store).__name__}, which is not an agl.Store",
+                field="url",
+                value=url,
+            )
+        return store
+
+    def upgrade_resources(self, resources: Mapping[str, Resource]) -> dict[str, Resource]:
+        """``resources`` with each generic one whose ``type`` a plugin provides validated into
+        that plugin's class (what a store that does not know the type hands back)."""
+        from agl.resources import GenericResource
+
+        types = self.provided("agl_resource_types")
+        return {
+            name: types[value.type].model_validate(value.model_dump())
+            if isinstance(value, GenericResource) and value.type in types
+            else value
+            for name, value in resources.items()
+        }
+
+    # --- the loop's hooks (see agl.algorithm.LoopHooks) -------------------------------------
+
+    def step_start(self, algorithm: str, step: int) -> None:
+        """Fire ``agl_step_start``."""
+        self.hook.agl_step_start(algorithm=algorithm, step=step)
+
+    def step_end(self, algorithm: str, step: int, metrics: Mapping[str, float]) -> None:
+        """Fire ``agl_step_end``."""
+        self.hook.agl_step_end(algorithm=algorithm, step=step, metrics=metrics)
 
 
-def _lifecycle_hook(
-    state: _State, hook_name: str
-) -> list[tuple[str, Callable[..., Any], tuple[str, ...]]]:
-    calls = state.lifecycle.get(hook_name)
-    if calls is None:
-        raise InvalidInputError(
-            f"{hook_name!r} is not an agl lifecycle hook; they are {list(LIFECYCLE_HOOKS)}",
-            field="hook_name",
-            value=hook_name,
-        )
-    return calls
+def open_store(url: str, *, plugins: PluginManager | None = None, **options: Any) -> Store:
+    """Open the store ``url`` names, a plugin's scheme included (what the CLI does).
+
+    Core's schemes open without looking at plugins; another scheme loads them (or uses
+    ``plugins``) and opens through :meth:`PluginManager.open_store`.
+    """
+    from agl.store.open import SCHEMES, scheme_of
+    from agl.store.open import open_store as open_builtin
+
+    if plugins is None and scheme_of(url) in SCHEMES:
+        return open_builtin(url, **options)
+    return (plugins if plugins is not None else PluginManager()).open_store(url, **options)
 
 
-def _lookup(hook: str, name: str) -> Any:
-    state = _checked()
-    provided = state.provided[hook]
-    if name in provided:
-        return provided[name]
-    kind = _KINDS[hook]
-    message = f"no {kind.label} named {name!r}; available: {sorted(provided)}"
-    close = difflib.get_close_matches(name, provided, n=1)
-    if close:
-        message += f" (did you mean {close[0]!r}?)"
-    unused = [plugin for plugin in state.plugins if plugin.status != "ok"]
-    if unused:
-        message += "; not loaded: " + ", ".join(
-            f"{plugin.name!r} ({plugin.status})" for plugin in unused
-        )
-    message += ". Installed plugins add more: `agl plugins` lists them"
-    raise InvalidInputError(message, field=kind.label.replace(" ", "_"), value=name)
-
-
-def _resource_type(tag: str) -> type[Resource] | None:
-    """The class plugins registered for ``tag``, loading plugins on first need (never raises)."""
+def _version() -> str | None:
     try:
-        state = _loaded()
-    except PluginError:  # asked while loading: the tag is not known yet
+        return importlib.metadata.version("agl-core")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
         return None
-    cls: type[Resource] | None = state.provided["agl_resource_types"].get(tag)
-    return cls
-
-
-def _show(value: object) -> str:
-    """A short description of a value, for messages."""
-    if isinstance(value, type):
-        return f"the class {value.__module__}.{value.__qualname__}"
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"a {type(value).__name__} ({text})"
-
-
-def _failure(exc: BaseException) -> str:
-    """``Type: message (at file:line)``, the line being the innermost one of plugin code."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith("<") and frame.filename != __file__
-    ]
-    if frames and "importlib" not in frames[-1].filename:
-        path = frames[-1].filename.replace(os.sep, "/").split("/")
-        text += f" (at {'/'.join(path[-2:])}:{frames[-1].lineno})"
-    return text

@@ -5,12 +5,13 @@ An algorithm publishes a set of resources, such as
 the store gives it an id and the next version number. Runners fetch the set a rollout names
 (or the latest) and hand its members to the agent.
 
-Each resource class has a ``type`` tag. :func:`register_resource_type` adds a class to the
-registry so a plugin's resources round-trip through any store by that tag (installed plugins
-register theirs through the ``agl_resource_types`` hook, loaded the first time an unknown tag is
-met). A store that meets a tag it does not know (a server without the plugin installed) keeps
-the resource as a :class:`GenericResource`, with every field intact, instead of refusing or
-dropping it.
+Each resource class has a ``type`` tag. :func:`register_resource_type` adds a class to this
+process's registry, so resources of that type parse back into it. A tag the registry does not
+hold (a plugin's type, on a store server without the plugin, or in a process that never
+imported it) parses as a :class:`GenericResource` with every field intact, never refused or
+dropped; the runner turns those whose type a plugin provides (the ``agl_resource_types`` hook)
+into the plugin's class before its agent sees them
+(:meth:`agl.plugins.PluginManager.upgrade_resources`).
 """
 
 from __future__ import annotations
@@ -82,12 +83,6 @@ def register_resource_type(cls: R) -> R:
 def resource_types() -> dict[str, type[Resource]]:
     """Return a copy of the registry: resource type tag → class."""
     return dict(_REGISTRY)
-
-
-def _unregister_resource_type(tag: str, cls: type[Resource]) -> None:
-    """Undo :func:`register_resource_type` (for :func:`agl.plugins.reset_plugins`)."""
-    if _REGISTRY.get(tag) is cls:
-        del _REGISTRY[tag]
 
 
 class GenericResource(Resource):
@@ -230,19 +225,14 @@ class PromptTemplate(Resource):
 def parse_resource(data: Any) -> Resource:
     """Validate ``data`` into the registered class its ``type`` names.
 
-    A model instance passes through unchanged. A tag nobody registered loads the plugins
-    (their ``agl_resource_types``) before becoming a :class:`GenericResource`.
+    A model instance passes through unchanged; a tag nobody registered becomes a
+    :class:`GenericResource`.
     """
     if isinstance(data, Resource):
         return data
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise ValueError("a resource must be an object with a string 'type' field")
-    cls = _REGISTRY.get(data["type"])
-    if cls is None:
-        from agl.plugins import _resource_type
-
-        cls = _resource_type(data["type"]) or GenericResource
-    return cls.model_validate(data)
+    return _REGISTRY.get(data["type"], GenericResource).model_validate(data)
 
 
 class ResourcesUpdate(BaseModel):

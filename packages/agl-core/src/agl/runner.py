@@ -52,7 +52,8 @@ from typing import Any, TypeVar
 
 from agl.agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
 from agl.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
-from agl.resources import LLM, Resource
+from agl.plugins import PluginManager
+from agl.resources import LLM, Resource, ResourcesUpdate
 from agl.rollouts import AttemptStatus, Claim
 from agl.store.base import Store
 
@@ -135,6 +136,9 @@ class Runner:
             when it flushes them. Default: the ``AGL_GATEWAY_TOKEN`` environment variable.
         gateway_flush_timeout: Longest wait, in seconds, for a gateway to confirm that an
             attempt's calls are in the store before the attempt is reported.
+        plugins: The plugins whose names the runner resolves (instrumentors, a store URL's
+            scheme, resource types) and whose rollout hooks it fires (default: a
+            :class:`~agl.plugins.PluginManager` of the installed ones).
 
     Plugins implementing ``agl_rollout_start`` / ``agl_rollout_end`` (see :mod:`agl.hookspecs`)
     are called before and after each attempt.
@@ -156,6 +160,7 @@ class Runner:
         instrument: Sequence[str] | None = None,
         gateway_token: str | None = None,
         gateway_flush_timeout: float = 30.0,
+        plugins: PluginManager | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
@@ -171,9 +176,8 @@ class Runner:
         self.drain_timeout = drain_timeout
         self.max_rollouts = max_rollouts
         self.handle_signals = handle_signals
-        from agl import plugins
-
-        known = plugins.instrumentor_factories()
+        self.plugins = plugins if plugins is not None else PluginManager()
+        known = self.plugins.provided("agl_instrumentors")
         if instrument is None:
             instrument = sorted(known) if auto_instrumentation() else []
         unknown = sorted(set(instrument) - set(known))
@@ -184,7 +188,7 @@ class Runner:
                 field="instrument",
             )
         self.instrument = list(instrument)
-        self._observed = plugins.implemented("agl_rollout_start", "agl_rollout_end")
+        self._observed = self.plugins.implements("agl_rollout_start", "agl_rollout_end")
         self.stats = RunnerStats()
         self._tracer = tracer
         self._owns_tracer = tracer is None
@@ -222,7 +226,6 @@ class Runner:
 
     async def run(self) -> RunnerStats:
         """Run until stopped; return what was done."""
-        from agl.store.open import open_store
         from agl.tracing import Tracer
 
         self._loop = asyncio.get_running_loop()
@@ -230,15 +233,15 @@ class Runner:
         owns_store = self.store is None
         if self.store is None:
             assert isinstance(self._store_arg, str)
-            self.store = open_store(self._store_arg)
+            self.store = self.plugins.open_store(self._store_arg)
         if self._tracer is None:
             self._tracer = Tracer(self.store)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency, thread_name_prefix="agl-agent"
         )
-        from agl.plugins import create_instrumentor
-
-        instrumentations = [create_instrumentor(name, self._tracer) for name in self.instrument]
+        instrumentations = [
+            self.plugins.create_instrumentor(name, self._tracer) for name in self.instrument
+        ]
         for instrumentation in instrumentations:
             instrumentation.instrument()
         signals = self._install_signals()
@@ -351,14 +354,13 @@ class Runner:
         if not self._observed:
             await self._attempt(claim)
             return
-        from agl.plugins import notify
-
-        notify("agl_rollout_start", rollout=claim.rollout, attempt=claim.attempt)
+        hook = self.plugins.hook
+        hook.agl_rollout_start(rollout=claim.rollout, attempt=claim.attempt)
         status: AttemptStatus | None = None
         try:
             status = await self._attempt(claim)
         finally:
-            notify("agl_rollout_end", rollout=claim.rollout, attempt=claim.attempt, status=status)
+            hook.agl_rollout_end(rollout=claim.rollout, attempt=claim.attempt, status=status)
 
     async def _attempt(self, claim: Claim) -> AttemptStatus | None:
         """Run one attempt; return the status reported, None if the store had ended it."""
@@ -452,14 +454,14 @@ class Runner:
                     update = await self._patiently(self.store.get_resources, resources_id)
                 except NotFoundError as exc:
                     raise AgentError(f"the rollout's resources {resources_id!r} are gone") from exc
-                cached = dict(update.resources) if update is not None else {}
+                cached = self._upgraded(update)
                 self._resources[resources_id] = cached
         else:  # the latest set: re-read at most once a second
             now = time.monotonic()
             if self._latest is None or now - self._latest[0] > 1.0:
                 update = await self._patiently(self.store.get_resources, None)
                 rid = update.resources_id if update is not None else ""
-                self._latest = (now, rid, dict(update.resources) if update is not None else {})
+                self._latest = (now, rid, self._upgraded(update))
             cached = self._latest[2]
         token = self._gateways.token
         return {
@@ -468,6 +470,10 @@ class Runner:
             else value
             for name, value in cached.items()
         }
+
+    def _upgraded(self, update: ResourcesUpdate | None) -> dict[str, Resource]:
+        """The set's members, those of a plugin's type the store kept generic in its class."""
+        return {} if update is None else self.plugins.upgrade_resources(update.resources)
 
     def _flush_urls(self, resources_id: str | None, rollout_id: str, attempt_id: str) -> list[str]:
         """The flush URLs of the gateways among the (just fetched) resources' LLM endpoints."""

@@ -45,6 +45,8 @@ from agl.agent import LitAgent, as_agent
 from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
+from agl.lightning.credit import PluginCredit
+from agl.plugins import PluginManager
 from agl.resources import Resource
 from agl.results import RolloutResult
 from agl.rollouts import AttemptStatus, RolloutConfig, RolloutMode
@@ -115,6 +117,10 @@ class Trainer:
         instrument: Libraries the runners trace (``"openai"``: every call of the openai client;
             ``agl plugins`` lists the rest). None: none, or every installed one after
             ``import agl.auto``.
+        plugins: The plugins that names (of algorithms, credit strategies, instrumentors,
+            store schemes) are looked up in and whose hooks the run fires: a
+            :class:`~agl.plugins.PluginManager`, or plugin modules to use besides the installed
+            ones (default: the installed ones). Runner processes load the installed ones.
     """
 
     def __init__(
@@ -132,12 +138,16 @@ class Trainer:
         verbose: bool = False,
         plot: bool = True,
         instrument: Sequence[str] | None = None,
+        plugins: PluginManager | Sequence[object] | None = None,
     ) -> None:
         if n_runners < 1:
             raise InvalidInputError(f"n_runners must be at least 1, got {n_runners}")
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be at least 1, got {concurrency}")
-        self.algorithm = _resolve_algorithm(algorithm)
+        if not isinstance(plugins, PluginManager):
+            plugins = PluginManager(plugins or ())
+        self.plugins = plugins
+        self.algorithm = resolve_algorithm(algorithm, self.plugins)
         self.store = store
         self.n_runners = n_runners
         self.concurrency = concurrency
@@ -219,14 +229,13 @@ class Trainer:
         val: list[JsonValue],
     ) -> FitResult:
         from agl.metrics import MetricsLogger
-        from agl.store.open import open_store
 
         started = time.monotonic()
         run_dir = self.run_dir or _default_run_dir(getattr(algorithm, "name", "run"))
         run_dir.mkdir(parents=True, exist_ok=True)
         if isinstance(self.store, str) or self.store is None:
             store_url = self.store or _sqlite_url(run_dir / "store.db")
-            store: Store = open_store(store_url)
+            store: Store = self.plugins.open_store(store_url)
             owns_store = True
         else:
             store, store_url, owns_store = self.store, self.store.url, False
@@ -236,7 +245,9 @@ class Trainer:
             metrics = stack.enter_context(
                 MetricsLogger(run_dir, console=self.console or False, verbose=self.verbose)
             )
-            runners = _Runners(agent, store, self.n_runners, self.concurrency, self.instrument)
+            runners = _Runners(
+                agent, store, self.n_runners, self.concurrency, self.instrument, self.plugins
+            )
             stack.push_async_callback(runners.stop)
             await runners.start()
             gateway = _GatewayStarter(store)
@@ -253,6 +264,7 @@ class Trainer:
                 start_gateway=gateway.start,
                 flush_gateway=gateway.flush,
                 console=self.console,
+                hooks=self.plugins,
             )
             if self.resources:
                 await ctx.publish(self.resources)
@@ -407,9 +419,11 @@ class _Runners:
         count: int,
         concurrency: int,
         instrument: list[str] | None,
+        plugins: PluginManager,
     ) -> None:
         self.agent = agent
         self.instrument = instrument
+        self.plugins = plugins
         self.store = store
         self.count = count
         self.concurrency = concurrency
@@ -428,6 +442,7 @@ class _Runners:
                 concurrency=self.concurrency,
                 handle_signals=False,
                 instrument=self.instrument,
+                plugins=self.plugins,
                 # An in-process store answers a poll for nothing at no cost; short polls let
                 # the run end as soon as the algorithm does (a stop waits out the poll).
                 poll_wait=0.2,
@@ -557,26 +572,52 @@ class _GatewayStarter:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _resolve_algorithm(
+def resolve_algorithm(
     algorithm: Algorithm | str | Mapping[str, StepAlgorithm | str | None] | None,
+    plugins: PluginManager,
 ) -> Algorithm:
+    """The algorithm ``algorithm`` stands for, every name in it looked up in ``plugins``.
+
+    A name builds that installed algorithm with its default settings (once per name in a
+    mapping); a mapping becomes a :class:`~agl.PerAgent`; a credit strategy named in an
+    algorithm's ``lightning`` becomes the plugin's strategy.
+    """
+    from agl.per_agent import PerAgent
+
     if algorithm is None:
-        return Baseline()
-    if isinstance(algorithm, Algorithm):
-        return algorithm
-    if isinstance(algorithm, str):
-        from agl.plugins import create_algorithm
-
-        return create_algorithm(algorithm)
-    if isinstance(algorithm, Mapping):
-        from agl.per_agent import PerAgent
-
-        return PerAgent(algorithm)
-    raise InvalidInputError(
-        "algorithm must be an agl.Algorithm, the name of an installed one, or a mapping of "
-        f"agent names to step algorithms; got {type(algorithm).__name__}",
-        field="algorithm",
-    )
+        resolved: Algorithm = Baseline()
+    elif isinstance(algorithm, Algorithm):
+        resolved = algorithm
+    elif isinstance(algorithm, str):
+        resolved = plugins.create_algorithm(algorithm)
+    elif isinstance(algorithm, Mapping):
+        built: dict[str, Algorithm] = {}
+        members: dict[str, Any] = {}  # PerAgent checks that each is a step algorithm
+        for key, entry in algorithm.items():
+            if isinstance(entry, str) and isinstance(key, str):
+                where = f"algorithm[{key!r}]"
+                if entry not in built:
+                    try:
+                        built[entry] = plugins.create_algorithm(entry, field=where)
+                    except InvalidInputError as exc:
+                        raise InvalidInputError(f"agent {key!r}: {exc}", field=where) from exc
+                members[key] = built[entry]
+            else:
+                members[key] = entry
+        resolved = PerAgent(members)
+    else:
+        raise InvalidInputError(
+            "algorithm must be an agl.Algorithm, the name of an installed one, or a mapping of "
+            f"agent names to step algorithms; got {type(algorithm).__name__}",
+            field="algorithm",
+        )
+    parts = [m.algorithm for m in resolved.members] if isinstance(resolved, PerAgent) else []
+    for part in [resolved, *parts]:
+        lightning: Any = getattr(part, "lightning", None)
+        credit = getattr(lightning, "credit", None)
+        if isinstance(credit, PluginCredit):
+            lightning.credit = plugins.create_credit_assigner(credit.name)
+    return resolved
 
 
 def _default_run_dir(name: str) -> Path:

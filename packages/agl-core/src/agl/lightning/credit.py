@@ -32,9 +32,11 @@ from agl.errors import InvalidInputError
 from agl.lightning.calls import LLMCall
 
 __all__ = [
+    "BUILTIN_CREDIT",
     "CreditAssigner",
     "DiscountedReturn",
     "FinalReward",
+    "PluginCredit",
     "StepRewards",
     "credit_assigner",
 ]
@@ -119,31 +121,53 @@ class DiscountedReturn:
         return f"DiscountedReturn(gamma={self.gamma})"
 
 
-def credit_assigner(spec: str | CreditAssigner) -> CreditAssigner:
-    """The strategy ``spec`` names (a built-in or plugin name), or ``spec`` itself.
+BUILTIN_CREDIT: dict[str, type[CreditAssigner]] = {
+    cls.name: cls for cls in (FinalReward, StepRewards, DiscountedReturn)
+}
+"""Core's strategies by name (what ``LightningRL(credit="name")`` resolves on its own)."""
+
+
+class PluginCredit:
+    """A strategy named but not built yet: a plugin's, which the trainer resolves by name
+    (:meth:`agl.plugins.PluginManager.create_credit_assigner`) before the run starts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def assign(self, calls: Sequence[LLMCall], final_reward: float) -> list[float]:
+        raise InvalidInputError(
+            f"credit strategy {self.name!r} is not one of agl's {sorted(BUILTIN_CREDIT)}; a "
+            "plugin's strategy is looked up by a Trainer before the run (outside one, build "
+            "it with agl.plugins.PluginManager().create_credit_assigner(name) and pass it)",
+            field="credit",
+            value=self.name,
+        )
+
+    def __repr__(self) -> str:
+        return f"PluginCredit({self.name!r})"
+
+
+def credit_assigner(spec: object, *, name: str | None = None) -> CreditAssigner:
+    """The strategy ``spec`` names, or ``spec`` itself, checked.
+
+    A name of one of agl's strategies builds it; any other name becomes a
+    :class:`PluginCredit`, which the trainer replaces with the plugin's strategy.
+
+    Args:
+        spec: A strategy, or its name.
+        name: The name ``spec`` was built from, for messages.
 
     Raises:
-        InvalidInputError: no built-in strategy or installed plugin has that name (the
-            message lists those that exist), or the object has no ``assign`` method.
+        InvalidInputError: ``spec`` is neither a name nor has an ``assign`` method.
     """
-    if not isinstance(spec, str):
-        if not isinstance(spec, CreditAssigner):
-            raise InvalidInputError(
-                f"credit must be a strategy name or have an assign(calls, final_reward) method, "
-                f"got {type(spec).__name__}",
-                field="credit",
-            )
-        return spec
-    from agl.plugins import load_credit_assigner
-
-    # The built-in strategies are registered by core's own plugin, under their names.
-    factory = load_credit_assigner(spec)
-    assigner = factory()
-    if not isinstance(assigner, CreditAssigner):
+    if isinstance(spec, str):
+        cls = BUILTIN_CREDIT.get(spec)
+        return PluginCredit(spec) if cls is None else cls()
+    if not isinstance(spec, CreditAssigner):
+        what = f"credit strategy {name!r} built a" if name else "credit must be a strategy name or"
         raise InvalidInputError(
-            f"credit assignment strategy {spec!r} built a {type(assigner).__name__}, "
-            "which has no assign(calls, final_reward) method",
+            f"{what} {type(spec).__name__}, which has no assign(calls, final_reward) method",
             field="credit",
-            value=spec,
+            value=name,
         )
-    return assigner
+    return spec

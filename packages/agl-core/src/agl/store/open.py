@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -9,24 +10,14 @@ from agl.errors import InvalidInputError
 from agl.store.base import Store
 
 SCHEMES = ("memory", "sqlite", "http", "https")
+"""The URL schemes of core's own stores."""
 
 
-def open_store(url: str, **options: Any) -> Store:
-    """Open the store a URL names.
-
-    - ``memory://``: in this process's memory;
-    - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a durable SQLite file
-      (created if missing), options in the query string (see :mod:`agl.store.sqlite`);
-    - ``http://host:port`` or ``https://…``: a client of ``agl store serve``; keyword options
-      (``token``, ``timeout``, ``retries``) go to :class:`~agl.store.http.HttpStore`;
-    - any other scheme a plugin provides (``agl_stores``): ``factory(url, **options)``.
-
-    The returned store is an async context manager; leaving it closes the store.
+def scheme_of(url: str) -> str:
+    """The lowercase scheme of a store URL.
 
     Raises:
-        InvalidInputError: the URL's scheme is not one of the above, or its options are wrong.
-        agl.plugins.PluginError: an installed plugin is invalid, or the scheme's factory
-            returned something that is not a store.
+        InvalidInputError: ``url`` does not look like a URL.
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInputError(
@@ -35,7 +26,29 @@ def open_store(url: str, **options: Any) -> Store:
             field="url",
             value=url,
         )
-    scheme = urlsplit(url).scheme.lower()
+    return urlsplit(url).scheme.lower()
+
+
+def open_store(
+    url: str, *, schemes: Mapping[str, Callable[..., Store]] | None = None, **options: Any
+) -> Store:
+    """Open the store a URL names.
+
+    - ``memory://``: in this process's memory;
+    - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a durable SQLite file
+      (created if missing), options in the query string (see :mod:`agl.store.sqlite`);
+    - ``http://host:port`` or ``https://…``: a client of ``agl store serve``; keyword options
+      (``token``, ``timeout``, ``retries``) go to :class:`~agl.store.http.HttpStore`;
+    - any other scheme in ``schemes``: ``schemes[scheme](url, **options)``. A plugin's schemes
+      are opened by its :class:`agl.plugins.PluginManager` (``PluginManager().open_store(url)``),
+      as the trainer, the runner and the CLI do.
+
+    The returned store is an async context manager; leaving it closes the store.
+
+    Raises:
+        InvalidInputError: the URL's scheme is not one of the above, or its options are wrong.
+    """
+    scheme = scheme_of(url)
     if scheme == "memory":
         from agl.store.memory import MemoryStore
 
@@ -53,29 +66,17 @@ def open_store(url: str, **options: Any) -> Store:
         from agl.store.http import HttpStore
 
         return HttpStore(url, **options)
-    return _open_plugin_store(scheme, url, options)
-
-
-def _open_plugin_store(scheme: str, url: str, options: dict[str, Any]) -> Store:
-    from agl.plugins import PluginError, installed_plugins, store_factories
-
-    factories = store_factories()
-    factory = factories.get(scheme)
+    factory = (schemes or {}).get(scheme)
     if factory is None:
-        known = sorted({*SCHEMES, *factories})
+        known = sorted({*SCHEMES, *(schemes or {})})
+        hint = (
+            "plugins add schemes: `agl plugins` lists them"
+            if schemes is not None
+            else "a plugin's scheme opens with agl.plugins.PluginManager().open_store(url)"
+        )
         raise InvalidInputError(
-            f"unknown store URL scheme {scheme!r} in {url!r}; expected one of {known} "
-            "(plugins add schemes: `agl plugins` lists them)",
+            f"unknown store URL scheme {scheme!r} in {url!r}; expected one of {known} ({hint})",
             field="url",
             value=url,
         )
-    store: object = factory(url, **options)
-    if not isinstance(store, Store):
-        who = next(p for p in installed_plugins() if scheme in p.stores)
-        raise PluginError(
-            f"the {scheme!r} store factory of plugin {who.describe()} returned "
-            f"{type(store).__name__}, which is not an agl.Store",
-            field="url",
-            value=url,
-        )
-    return store
+    return factory(url, **options)

@@ -43,7 +43,7 @@ def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
 
 
 def serve(
-    db: str,
+    db: str | Store,
     *,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
@@ -51,11 +51,12 @@ def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     log_level: str = "info",
 ) -> None:
-    """Serve the store at ``db`` until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+    """Serve the store at ``db`` (a URL of one of core's stores, or a store, which it closes at
+    the end) until interrupted (SIGINT/SIGTERM stop it cleanly)."""
     import uvicorn
 
     check_bind_address(host, token)
-    store = open_store(db)
+    store = open_store(db) if isinstance(db, str) else db
     app = create_app(store, token=token, max_body_bytes=max_body_bytes, close_store=True)
     uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
 
