@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import subprocess
 import sys
+
+import pytest
 
 import agl
 
@@ -21,11 +25,49 @@ EXPECTED = {
 }  # fmt: skip
 
 
-def test_exported_members() -> None:
-    assert set(agl.__all__) == EXPECTED
-    assert agl.__all__ == sorted(agl.__all__, key=lambda name: (name.lower(), name)) or True
-    for name in agl.__all__:
-        assert getattr(agl, name) is not None
+FACADES = {
+    "agl.store": {"Store", "StoreStatistics", "open_store"},
+    "agl.tracing": {"RolloutBinding", "SenderStats", "SpanSender", "Tracer", "current_binding"},
+    "agl.lightning": {
+        "GRPO", "INFRASTRUCTURE_STATUSES", "RLOO", "AdvantageEstimator", "AgentSelector",
+        "AgentStats", "AttemptCalls", "CreditAssigner", "DiscountedReturn", "DropReport",
+        "FinalReward", "Group", "LLMCall", "LightningRL", "Reinforce", "StepRewards",
+        "Transition", "TransitionBatch", "agent_stats", "agent_steps_table", "agents_table",
+        "best_transitions", "extract_calls",
+    },
+    "agl.plugins": {
+        "DISABLE_ENV", "ENTRY_POINT_GROUP", "PluginError", "PluginInfo", "PluginManager",
+        "hookimpl", "open_store",
+    },
+    "agl.hookspecs": {"LIFECYCLE_HOOKS", "PROJECT_NAME", "PROVIDER_HOOKS", "hookimpl", "hookspec"},
+}  # fmt: skip
+
+
+def isort_order(name: str) -> tuple[int, str]:
+    """ruff's order for ``__all__`` (RUF022): constants, then classes, then the rest."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
+
+
+def test_the_order_check_can_fail() -> None:
+    assert sorted(["open_store", "Store", "ENTRY"], key=isort_order) == [
+        "ENTRY",
+        "Store",
+        "open_store",
+    ]
+
+
+@pytest.mark.parametrize("facade", ["agl", *FACADES])
+def test_each_facade_exports_what_it_says(facade: str) -> None:
+    module = importlib.import_module(facade)
+    exported = list(module.__all__)
+    assert set(exported) == (EXPECTED if facade == "agl" else FACADES[facade])
+    assert exported == sorted(exported, key=isort_order)
+    for name in exported:
+        assert getattr(module, name) is not None, name
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    assert agl.__version__ == importlib.metadata.version("agl-core")
 
 
 def test_import_agl_pulls_in_no_heavy_or_server_modules() -> None:

@@ -17,7 +17,7 @@ import agl
 from agl import RolloutRequest, semconv
 from agl.store.memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo, error_reply, tool_reply
-from agl.tracing.normalize import normalize_attributes
+from agl.tracing.conventions import normalize_attributes
 from agl.tracing.openai import OpenAIInstrumentation
 
 pytestmark = pytest.mark.anyio

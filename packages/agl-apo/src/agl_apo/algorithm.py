@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["APO"]
 
-logger = logging.getLogger("agl_apo")
+logger = logging.getLogger(__name__)
 
 
 class APO(StepAlgorithm):

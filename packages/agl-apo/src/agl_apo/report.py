@@ -32,7 +32,7 @@ from agl_apo.state import APOState, Candidate
 
 __all__ = ["Report"]
 
-logger = logging.getLogger("agl_apo")
+logger = logging.getLogger(__name__)
 
 _ROWS_SHOWN = 30
 _PROMPT_SHOWN = 60

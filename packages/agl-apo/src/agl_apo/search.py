@@ -38,7 +38,7 @@ from agl_apo.traces import Example, examples_from, render_examples, worst
 
 __all__ = ["Search", "Settings"]
 
-logger = logging.getLogger("agl_apo")
+logger = logging.getLogger(__name__)
 
 _STRENGTHS_SHOWN = 5
 

@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["close_agent_turns"]
 
-logger = logging.getLogger("agl_autogen")
+logger = logging.getLogger(__name__)
 
 
 def close_agent_turns(undo: contextlib.ExitStack) -> None:

@@ -31,11 +31,11 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace as trace_api
 
 from agl import semconv
-from agl.tracing.normalizing import NormalizingSpan
+from agl.tracing.openinference import NormalizingSpan
 
 __all__ = ["keep_response_ids"]
 
-logger = logging.getLogger("agl_autogen")
+logger = logging.getLogger(__name__)
 
 _STREAMS = ("_create_stream_chunks", "_create_stream_chunks_beta_client")
 _LLM = OpenInferenceSpanKindValues.LLM.value

@@ -56,7 +56,18 @@ if TYPE_CHECKING:
     from agl.tracing import Tracer
     from agl.trainer import FitResult, Trainer
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agl-core")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+"""agl-core's version, as its installed distribution says."""
 
 
 _LAZY = {

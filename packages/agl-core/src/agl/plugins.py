@@ -158,7 +158,9 @@ class PluginManager(pluggy.PluginManager):
         for name in os.environ.get(DISABLE_ENV, "").split(","):
             if name.strip():
                 self._disabled[name.strip()] = f"disabled by {DISABLE_ENV}"
-        builtin = PluginInfo(BUILTIN, "agl._builtin_plugin", "agl-core", _version(), builtin=True)
+        from agl import __version__
+
+        builtin = PluginInfo(BUILTIN, "agl._builtin_plugin", "agl-core", __version__, builtin=True)
         self._load(builtin, lambda: importlib.import_module(builtin.module))
         if entry_points:
             found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
@@ -496,10 +498,3 @@ def open_store(url: str, *, plugins: PluginManager | None = None, **options: Any
     if plugins is None and scheme_of(url) in SCHEMES:
         return open_builtin(url, **options)
     return (plugins if plugins is not None else PluginManager()).open_store(url, **options)
-
-
-def _version() -> str | None:
-    try:
-        return importlib.metadata.version("agl-core")
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        return None

@@ -59,7 +59,7 @@ from agl.store.base import Store
 
 __all__ = ["Runner", "RunnerStats", "auto_instrumentation", "enable_auto_instrumentation"]
 
-logger = logging.getLogger("agl.runner")
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

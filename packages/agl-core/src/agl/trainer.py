@@ -54,7 +54,7 @@ from agl.store.base import Store
 
 __all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
 
-logger = logging.getLogger("agl.trainer")
+logger = logging.getLogger(__name__)
 
 DEFAULT_ROLLOUT_CONFIG = RolloutConfig(
     unresponsive_seconds=60.0,

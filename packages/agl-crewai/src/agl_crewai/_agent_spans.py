@@ -31,11 +31,11 @@ from openinference.semconv.trace import (
 )
 from opentelemetry import trace as trace_api
 
-from agl.tracing.normalizing import NormalizingSpan
+from agl.tracing.openinference import NormalizingSpan
 
 __all__ = ["open_agent_spans"]
 
-logger = logging.getLogger("agl_crewai")
+logger = logging.getLogger(__name__)
 
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _AGENT = OpenInferenceSpanKindValues.AGENT.value

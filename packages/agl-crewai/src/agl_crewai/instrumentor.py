@@ -31,8 +31,8 @@ import contextlib
 
 from agl.errors import AglError
 from agl.tracing.instrumentor import PatchingInstrumentor
-from agl.tracing.normalizing import NormalizingTracerProvider
 from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing.openinference import NormalizingTracerProvider
 from agl_crewai._agent_spans import open_agent_spans
 from agl_crewai._normalize import agl_attributes
 

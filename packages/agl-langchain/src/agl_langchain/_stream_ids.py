@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["keep_stream_response_ids"]
 
-logger = logging.getLogger("agl_langchain")
+logger = logging.getLogger(__name__)
 
 _METHOD = "_convert_chunk_to_generation_chunk"
 

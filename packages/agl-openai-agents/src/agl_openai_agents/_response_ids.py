@@ -29,11 +29,11 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace as trace_api
 
 from agl import semconv
-from agl.tracing.normalizing import NormalizingSpan
+from agl.tracing.openinference import NormalizingSpan
 
 __all__ = ["keep_chat_response_ids"]
 
-logger = logging.getLogger("agl_openai_agents")
+logger = logging.getLogger(__name__)
 
 _FETCH = "_fetch_response"
 _POPULATE_STREAM = "_populate_stream_generation_span"

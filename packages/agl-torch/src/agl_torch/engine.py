@@ -54,7 +54,7 @@ __all__ = [
     "load_weights",
 ]
 
-logger = logging.getLogger("agl_torch.engine")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def model_or_env(model: str | os.PathLike[str] | None) -> str | os.PathLike[str]
     return model if model is not None else (os.environ.get(MODEL_ENV) or None)
 
 
-logger = logging.getLogger("agl_torch")
+logger = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "checkpoints"
 _STEP_PREFIX = "step-"

@@ -67,7 +67,7 @@ __all__ = [
     "rollout",
 ]
 
-logger = logging.getLogger("agl.compat")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

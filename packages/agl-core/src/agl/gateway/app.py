@@ -46,7 +46,7 @@ from agl.tracing.exporter import SpanSender
 
 __all__ = ["Gateway"]
 
-logger = logging.getLogger("agl.gateway")
+logger = logging.getLogger(__name__)
 
 _PREFIX = paths.OPENAI
 

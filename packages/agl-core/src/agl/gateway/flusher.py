@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GatewayFlusher"]
 
-logger = logging.getLogger("agl.runner")
+logger = logging.getLogger(__name__)
 
 
 class GatewayFlusher:

@@ -10,7 +10,7 @@ pairs the two, decides which agent each call belongs to and which rewards follow
   instrumented span in call order; a call seen on one side only is kept with what that side
   knows. A call two instrumentations recorded counts once
   (:func:`~agl.tracing.same_call.same_call_groups`). An LLM span is recognised by semantic
-  conventions (:func:`~agl.tracing.normalize.is_llm_span`: ``agl.span.type``,
+  conventions (:func:`~agl.tracing.conventions.is_llm_span`: ``agl.span.type``,
   ``gen_ai.operation.name``, ``gen_ai.system``), never by its name, so tool-calling and
   structured-output calls of every framework count.
 - **Repair** the span tree: a span whose parent is missing from the attempt, or whose parent's
@@ -35,7 +35,7 @@ from typing import Any
 
 from agl import semconv
 from agl.spans import Span
-from agl.tracing.normalize import is_llm_span
+from agl.tracing.conventions import is_llm_span
 from agl.tracing.same_call import same_call_groups
 
 __all__ = ["AttemptCalls", "LLMCall", "extract_calls"]

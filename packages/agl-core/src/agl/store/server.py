@@ -59,7 +59,7 @@ from agl.store.base import Store, StoreStatistics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
-logger = logging.getLogger("agl.store.server")
+logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -118,7 +118,7 @@ __all__ = [
     "tool_reply",
 ]
 
-logger = logging.getLogger("agl.testing.openai_server")
+logger = logging.getLogger(__name__)
 
 
 # --- scripting --------------------------------------------------------------------------------

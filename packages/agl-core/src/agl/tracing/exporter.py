@@ -33,7 +33,7 @@ from agl.store.base import Store
 
 __all__ = ["SenderStats", "SpanSender"]
 
-logger = logging.getLogger("agl.tracing")
+logger = logging.getLogger(__name__)
 
 SpanSource = Span | Callable[[], Span]
 """A span, or a function returning one (called on the sender thread)."""

@@ -2,7 +2,7 @@
 
 ``opentelemetry-instrumentation-openai`` does the recording (sync and async clients, streaming,
 chat completions, completions and the Responses API, tool calls); agl points it at its own
-tracer provider, and :mod:`agl.tracing.normalize` brings its attributes to agl's conventions
+tracer provider, and :mod:`agl.tracing.conventions` brings its attributes to agl's conventions
 when the spans are converted.
 """
 
@@ -19,7 +19,7 @@ from agl.tracing.tracer import Tracer
 
 __all__ = ["OpenAIInstrumentation"]
 
-logger = logging.getLogger("agl.tracing")
+logger = logging.getLogger(__name__)
 
 
 class OpenAIInstrumentation:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider", "tool_attributes"]
 
-logger = logging.getLogger("agl.tracing")
+logger = logging.getLogger(__name__)
 
 Normalize = Callable[[str, Mapping[str, Any]], Mapping[str, types.AttributeValue]]
 """``normalize(span name, attributes)``: the attributes an ending span should also carry."""
