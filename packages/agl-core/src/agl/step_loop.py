@@ -22,7 +22,8 @@ from agl.errors import InvalidInputError
 from agl.lightning.agents import NO_AGENT
 
 if TYPE_CHECKING:
-    from agl.algorithm import AlgorithmContext, StepAlgorithm
+    from agl.algorithm import StepAlgorithm
+    from agl.context import AlgorithmContext
     from agl.lightning import LLMCall, TransitionBatch
     from agl.resources import Resource
     from agl.results import RolloutResult

@@ -42,7 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agl.agent import LitAgent, as_agent
-from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm
+from agl.algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
 from agl.lightning.credit import PluginCredit
@@ -257,14 +257,13 @@ class Trainer:
                 run_dir=run_dir,
                 train_tasks=train,
                 val_tasks=val,
-                resources=self.resources,
                 rollout_config=self.rollout_config,
                 metrics=metrics,
                 progress=self._progress_bar,
-                start_gateway=gateway.start,
-                flush_gateway=gateway.flush,
+                gateways=gateway,
                 console=self.console,
                 hooks=self.plugins,
+                state=RunState(resources=dict(self.resources)),
             )
             if self.resources:
                 await ctx.publish(self.resources)
