@@ -290,7 +290,7 @@ def test_an_algorithm_that_follows_the_loop_takes_the_others_settings() -> None:
     rl.n_samples, follower.n_samples = 4, 1
     rl.batch_size, follower.batch_size = 2, None
     per_agent = agl.PerAgent({"writer": rl, "checker": follower})
-    assert (per_agent.n_samples, per_agent.batch_size) == (4, 2)
+    assert (per_agent.settings.n_samples, per_agent.settings.batch_size) == (4, 2)
     other = _Follower("http://x/v1")
     other.batch_size = None
     other.n_samples = 3

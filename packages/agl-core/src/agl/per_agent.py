@@ -31,7 +31,6 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,13 +43,6 @@ from agl.step_loop import LoopSettings, Member, StepLoop
 __all__ = ["PerAgent"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Member:
-    algorithm: StepAlgorithm
-    keys: list[str]
-    label: str = ""  # the algorithm's name, with its agents when another shares the name
 
 
 class PerAgent(Algorithm):
@@ -86,14 +78,13 @@ class PerAgent(Algorithm):
                 field="algorithm",
             )
         self.rules: list[tuple[str, StepAlgorithm | None]] = []
-        members: dict[int, _Member] = {}
-        for key, entry in algorithms.items():
-            given: object = key
-            if not isinstance(given, str) or not given:
+        keys: dict[int, list[str]] = {}  # each algorithm's keys, in order
+        given: list[tuple[object, object]] = list(algorithms.items())  # callers pass anything
+        for key, entry in given:
+            if not isinstance(key, str) or not key:
                 raise InvalidInputError(
                     f"agent keys must be names or patterns, got {key!r}", field="algorithm"
                 )
-            value: object = entry
             if isinstance(entry, str):
                 raise InvalidInputError(
                     f"the algorithm for agent {key!r} is the name {entry!r}: names of installed "
@@ -102,37 +93,40 @@ class PerAgent(Algorithm):
                     field=f"algorithm[{key!r}]",
                     value=entry,
                 )
-            if value is not None and not isinstance(value, StepAlgorithm):
-                kind = type(value).__name__
+            if entry is not None and not isinstance(entry, StepAlgorithm):
+                kind = type(entry).__name__
                 raise InvalidInputError(
                     f"the algorithm for agent {key!r} is a {kind}, which runs its own loop "
                     "(run() only); to share a run's rollouts with other algorithms an algorithm "
                     "must be an agl.StepAlgorithm (setup() and step())",
                     field=f"algorithm[{key!r}]",
                 )
-            algorithm = value if isinstance(value, StepAlgorithm) else None
-            self.rules.append((key, algorithm))
-            if algorithm is not None:
-                members.setdefault(id(algorithm), _Member(algorithm, [])).keys.append(key)
-        self.members = list(members.values())
-        if not self.members:
+            self.rules.append((key, entry))
+            if entry is not None:
+                keys.setdefault(id(entry), []).append(key)
+        algorithms_in_order = {id(alg): alg for _, alg in self.rules if alg is not None}
+        if not algorithms_in_order:
             raise InvalidInputError("every agent is frozen (None): nothing to train")
-        names = Counter(m.algorithm.name for m in self.members)
-        for member in self.members:
-            member.label = member.algorithm.name
-            if names[member.algorithm.name] > 1:  # two models of one kind: keep them apart
-                agents = re.sub(r"[^A-Za-z0-9_.-]+", "_", "+".join(member.keys))
-                member.label = f"{member.algorithm.name}-{agents}"
-        self.n_epochs = self._agree("n_epochs", n_epochs)
-        self.batch_size = self._agree("batch_size", batch_size)
-        self.n_samples = self._agree("n_samples", n_samples)
-        self.max_steps = self._agree("max_steps", max_steps)
+        names = Counter(alg.name for alg in algorithms_in_order.values())
+        self.members: list[Member] = []
+        """One per algorithm; its label is the algorithm's name, with its agents when another
+        algorithm has the same name (two models of one kind: kept apart)."""
+        for ident, algorithm in algorithms_in_order.items():
+            label = algorithm.name
+            if names[algorithm.name] > 1:
+                label += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "+".join(keys[ident]))
+            self.members.append(Member(algorithm, partial(self._owns, algorithm), label))
         timeouts = [m.algorithm.step_timeout for m in self.members]
-        self.step_timeout = (
-            step_timeout
+        self.settings = LoopSettings(
+            n_epochs=self._agree("n_epochs", n_epochs),
+            batch_size=self._agree("batch_size", batch_size),
+            n_samples=self._agree("n_samples", n_samples),
+            max_steps=self._agree("max_steps", max_steps),
+            step_timeout=step_timeout
             if step_timeout is not None
-            else min((t for t in timeouts if t is not None), default=None)
+            else min((t for t in timeouts if t is not None), default=None),
         )
+        """The shared loop."""
         self.label = "+".join(m.label for m in self.members)
         self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
         self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
@@ -143,15 +137,14 @@ class PerAgent(Algorithm):
         if given is not None:
             return given
         leading = [m for m in self.members if not m.algorithm.follows_loop] or self.members
-        values = {repr(getattr(m.algorithm, setting)) for m in leading}
-        if len(values) > 1:
-            found = {m.label: getattr(m.algorithm, setting) for m in leading}
+        found = {m.label: getattr(LoopSettings.of(m.algorithm), setting) for m in leading}
+        if len({repr(value) for value in found.values()}) > 1:
             raise InvalidInputError(
                 f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "
                 f"agl.PerAgent({{...}}, {setting}=...)",
                 field=setting,
             )
-        return getattr(leading[0].algorithm, setting)
+        return next(iter(found.values()))
 
     def owner(self, agent: str | None) -> StepAlgorithm | None:
         """The algorithm that trains ``agent``'s calls (None: frozen or unmatched)."""
@@ -193,13 +186,8 @@ class PerAgent(Algorithm):
             logger.warning("%s (said once a run)", message)
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        members = [
-            Member(m.algorithm, partial(self._owns, m.algorithm), m.label) for m in self.members
-        ]
-        settings = LoopSettings(
-            self.n_epochs, self.batch_size, self.n_samples, self.max_steps, self.step_timeout
-        )
-        await StepLoop(members, settings, label=self.label, check_calls=self._check_keys).run(ctx)
+        loop = StepLoop(self.members, self.settings, label=self.label, check_calls=self._check_keys)
+        await loop.run(ctx)
 
     def _owns(self, algorithm: StepAlgorithm, agent: str | None) -> bool:
         return self.owner(agent) is algorithm

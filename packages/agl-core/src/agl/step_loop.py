@@ -269,9 +269,11 @@ class StepLoop:
         ctx.hooks.step_end(self.label, step, metrics)
 
     def _check(self, step: int, succeeded: int, agents: Counter[str | None]) -> None:
-        """Warn (once a run) when a step's successful rollouts recorded no LLM call at all:
-        an algorithm that learns then trains on nothing."""
-        if not agents and succeeded and any(m.algorithm.learns for m in self.members):
+        """Warn (once a run) when a step's successful rollouts recorded no LLM call at all,
+        and pass the calls per agent to ``check_calls``; neither when nothing learns."""
+        if not succeeded or not any(m.algorithm.learns for m in self.members):
+            return
+        if not agents:
             if "no-calls" not in self._warned:
                 self._warned.add("no-calls")
                 logger.warning(
@@ -283,7 +285,7 @@ class StepLoop:
                     step,
                     succeeded,
                 )
-        elif self._check_calls is not None and succeeded:
+        elif self._check_calls is not None:
             self._check_calls(step, agents)
 
     async def _validate(self, ctx: AlgorithmContext, step: int) -> None:
