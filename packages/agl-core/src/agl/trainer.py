@@ -25,12 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
-import secrets
-import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,13 +35,14 @@ from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from agl._run_console import ProgressBars, dev_table, print_summary
+from agl._runner_pool import RunnerPool
 from agl.agent import LitAgent, as_agent
 from agl.algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
+from agl.gateway.pool import GatewayPool
 from agl.lightning.credit import PluginCredit
 from agl.plugins import PluginManager
 from agl.resources import Resource
@@ -211,7 +209,7 @@ class Trainer:
         result = await self._session(lit, algorithm, tasks, [])
         result.results = algorithm.results
         if self.console is not None:
-            self.console.print(_dev_table(algorithm.results))
+            self.console.print(dev_table(algorithm.results))
             from agl.lightning import agent_stats, agents_table
 
             stats = agent_stats(algorithm.results)
@@ -245,12 +243,12 @@ class Trainer:
             metrics = stack.enter_context(
                 MetricsLogger(run_dir, console=self.console or False, verbose=self.verbose)
             )
-            runners = _Runners(
+            runners = RunnerPool(
                 agent, store, self.n_runners, self.concurrency, self.instrument, self.plugins
             )
             stack.push_async_callback(runners.stop)
             await runners.start()
-            gateway = _GatewayStarter(store)
+            gateway = GatewayPool(store)
             stack.callback(gateway.stop)
             ctx = AlgorithmContext(
                 store=store,
@@ -259,7 +257,7 @@ class Trainer:
                 val_tasks=val,
                 rollout_config=self.rollout_config,
                 metrics=metrics,
-                progress=self._progress_bar,
+                progress=ProgressBars(self.console, enabled=self.progress),
                 gateways=gateway,
                 console=self.console,
                 hooks=self.plugins,
@@ -300,72 +298,12 @@ class Trainer:
                 plot_metrics(result.run_dir, result.run_dir / "reward.png", keys=keys)
             except AglError as exc:
                 logger.info("no reward plot: %s", exc)
-        if self.console is None:
-            return
-        totals = result.totals
-        table = Table(title="agl run summary", show_header=False, title_justify="left")
-        table.add_row("time", f"{result.duration_s:.1f} s")
-        table.add_row(
-            "rollouts",
-            f"{totals['rollouts']} ({totals['succeeded']} succeeded, {totals['failed']} failed, "
-            f"{totals['cancelled']} cancelled, {totals['retried']} retried"
-            + (f", {totals['timed_out']} past the step timeout" if totals.get("timed_out") else "")
-            + ")",
-        )
-        for key in ("reward/mean", "val/reward/mean"):
-            value = result.last(key)
-            if value is not None:
-                table.add_row(f"last {key}", f"{value:.4f}")
-        self.console.print(table)
-        # Paths and commands on lines of their own that rich never breaks, so they copy whole.
-        self.console.print(f"run dir: {result.run_dir}", soft_wrap=True, highlight=False)
-        self.console.print(
-            f"inspect: agl rollouts list --store {result.store_url}",
-            soft_wrap=True,
-            highlight=False,
-        )
+        if self.console is not None:
+            print_summary(self.console, result)
 
     def _say(self, message: str) -> None:
         if self.console is not None:
             self.console.print(message, soft_wrap=True)
-
-    @contextlib.contextmanager
-    def _progress_bar(self, label: str, total: int) -> Iterator[_Bar]:
-        if not self.progress or self.console is None:
-            yield _Bar(None, None)
-            return
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=self.console, transient=False) as progress:
-            task = progress.add_task(label, total=total, stats="")
-            yield _Bar(progress, task)
-
-
-class _Bar:
-    """One progress bar: rollouts done / failed / retried and the reward so far."""
-
-    def __init__(self, progress: Progress | None, task: Any) -> None:
-        self._progress = progress
-        self._task = task
-        self.failed = 0
-        self.retried = 0
-        self.rewards: list[float] = []
-
-    def advance(self, result: RolloutResult) -> None:
-        self.failed += not result.succeeded
-        self.retried += result.retried
-        if result.reward is not None:
-            self.rewards.append(result.reward)
-        if self._progress is None:
-            return
-        reward = f"reward {statistics.fmean(self.rewards):.3f}" if self.rewards else "reward -"
-        stats = f"failed {self.failed} • retried {self.retried} • {reward}"
-        self._progress.update(self._task, advance=1, stats=stats)
 
 
 class _Dev(Algorithm):
@@ -385,187 +323,6 @@ class _Dev(Algorithm):
             ctx.train_tasks, mode=self.mode, n=self.n, description="dev"
         )
         ctx.log(0, reward_metrics(self.results))
-
-
-def _dev_table(results: Sequence[RolloutResult]) -> Table:
-    table = Table(title="agl dev: one rollout per row", title_justify="left")
-    table.add_column("rollout", no_wrap=True)
-    for column in ("input", "status", "reward", "LLM calls", "error"):
-        table.add_column(column, overflow="fold")
-    for result in results:
-        text = repr(result.rollout.input)
-        table.add_row(
-            result.rollout.rollout_id,
-            text if len(text) <= 40 else text[:37] + "...",
-            result.status.value,
-            "-" if result.reward is None else f"{result.reward:g}",
-            str(result.llm_calls),
-            result.error or "",
-        )
-    return table
-
-
-# --- runners ----------------------------------------------------------------------------------
-
-
-class _Runners:
-    """The run's runners: one in this process, or processes talking to a store server."""
-
-    def __init__(
-        self,
-        agent: LitAgent,
-        store: Store,
-        count: int,
-        concurrency: int,
-        instrument: list[str] | None,
-        plugins: PluginManager,
-    ) -> None:
-        self.agent = agent
-        self.instrument = instrument
-        self.plugins = plugins
-        self.store = store
-        self.count = count
-        self.concurrency = concurrency
-        self._task: asyncio.Task[Any] | None = None
-        self._runner: Any = None
-        self._server: Any = None
-        self._processes: list[multiprocessing.process.BaseProcess] = []
-
-    async def start(self) -> None:
-        from agl.runner import Runner
-
-        if self.count == 1:
-            self._runner = Runner(
-                self.agent,
-                self.store,
-                concurrency=self.concurrency,
-                handle_signals=False,
-                instrument=self.instrument,
-                plugins=self.plugins,
-                # An in-process store answers a poll for nothing at no cost; short polls let
-                # the run end as soon as the algorithm does (a stop waits out the poll).
-                poll_wait=0.2,
-            )
-            self._task = asyncio.create_task(self._runner.run(), name="agl-runner")
-            return
-        url, token = self.store.url, None
-        if not url.startswith(("http://", "https://")):
-            from agl.server_thread import require_server_extra
-
-            require_server_extra(
-                f"n_runners={self.count} serves the store to the runner processes over HTTP"
-            )
-            from agl.store.serve import StoreServer
-
-            token = secrets.token_urlsafe(16)
-            self._server = StoreServer(self.store, token=token)
-            await asyncio.to_thread(self._server.start)
-            url = self._server.url
-        context = multiprocessing.get_context("spawn")
-        for index in range(self.count):
-            process = context.Process(
-                target=_runner_process,
-                args=(
-                    self.agent,
-                    url,
-                    token,
-                    self.concurrency,
-                    f"runner-{index}-{os.getpid()}",
-                    self.instrument,
-                ),
-                name=f"agl-runner-{index}",
-                daemon=True,
-            )
-            process.start()
-            self._processes.append(process)
-
-    def check(self) -> None:
-        """Fail the run if the in-process runner crashed (a bug, not an agent failure)."""
-        if self._task is not None and self._task.done() and not self._task.cancelled():
-            exc = self._task.exception()
-            if exc is not None:
-                raise AglError(f"the runner stopped: {exc!r}") from exc
-        dead = [p for p in self._processes if not p.is_alive()]
-        if dead and len(dead) == len(self._processes):
-            codes = sorted({p.exitcode for p in dead}, key=str)
-            raise AglError(f"every runner process exited (exit codes {codes}); see their logs")
-
-    async def stop(self) -> None:
-        if self._runner is not None and self._task is not None:
-            self._runner.stop(drain=False)
-            with contextlib.suppress(Exception):
-                await self._task
-        for process in self._processes:
-            if process.is_alive() and process.pid is not None:
-                process.terminate()  # SIGTERM: the runner releases what it holds and exits
-        for process in self._processes:
-            await asyncio.to_thread(process.join, 15)
-            if process.is_alive():
-                process.kill()
-                await asyncio.to_thread(process.join, 5)
-        if self._server is not None:
-            await asyncio.to_thread(self._server.stop)
-
-
-def _runner_process(
-    agent: LitAgent,
-    url: str,
-    token: str | None,
-    concurrency: int,
-    worker_id: str,
-    instrument: list[str] | None,
-) -> None:
-    """A runner process's main: run until SIGTERM."""
-    from agl.runner import Runner
-
-    logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {worker_id}: %(message)s")
-    if token is not None:
-        os.environ["AGL_STORE_TOKEN"] = token
-    runner = Runner(
-        agent,
-        url,
-        concurrency=concurrency,
-        worker_id=worker_id,
-        drain_timeout=5.0,
-        instrument=instrument,
-    )
-    runner.run_sync()
-
-
-class _GatewayStarter:
-    """Starts a gateway on first use for each set of upstreams and stops them all at the end.
-
-    One model served means one gateway; a per-agent run training two models (each algorithm
-    serving its own) gets one gateway in front of each.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.servers: dict[tuple[str, ...], Any] = {}
-
-    async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
-        from agl.server_thread import require_server_extra
-
-        require_server_extra("serving an LLM through agl's gateway (ctx.serve_llm)")
-        from agl.gateway.serve import GatewayServer
-
-        key = tuple(upstreams)
-        server = self.servers.get(key)
-        if server is None:
-            server = GatewayServer(upstreams, self.store, enforce_resources=enforce_resources)
-            await asyncio.to_thread(server.start)
-            self.servers[key] = server
-        return str(server.endpoint_template)
-
-    async def flush(self) -> None:
-        """Wait until the calls the gateways recorded so far are in the store."""
-        for server in self.servers.values():
-            if server.gateway is not None:
-                await server.gateway.sender.flush_async()
-
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop()
 
 
 # --- helpers ------------------------------------------------------------------------------------
