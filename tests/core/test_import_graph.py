@@ -17,7 +17,7 @@ SOURCE = Path(agl.__file__).parent
 
 EDGES = {"agl.trainer", "agl._runner_pool", "agl.runner", "agl.plugins"}
 """Modules that own or build a plugin manager (with the packages below)."""
-EDGE_PACKAGES = ("agl.cli", "agl._cli", "agl.testing")
+EDGE_PACKAGES = ("agl.cli", "agl.testing")
 
 
 def modules() -> dict[str, Path]:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from agl._cli_metrics import metrics_app
+from agl.cli.metrics import metrics_app
 from agl.errors import AglError, ConflictError, InvalidInputError
 from agl.metrics import MetricsLogger, plot_metrics, read_metrics
 

@@ -316,7 +316,7 @@ async def test_a_failed_call_recorded_by_both_instrumentations_counts_once(
     tracer: agl.Tracer,
     upstream: OpenAIServer,
 ) -> None:
-    from agl import inspect
+    from agl import rollout_facts
     from agl.results import summarize
     from agl.testing.openai_server import echo, error_reply
 
@@ -349,6 +349,6 @@ async def test_a_failed_call_recorded_by_both_instrumentations_counts_once(
     rollout = await store.get_rollout(rollout_id)
     attempts = await store.query_attempts(rollout_id)
     assert summarize(rollout, attempts, spans).llm_calls == 1
-    counts = inspect.llm_calls(spans)  # what `agl rollouts show` prints
+    counts = rollout_facts.llm_calls(spans)  # what `agl rollouts show` prints
     assert counts["llm"]["calls"] == 1
     assert counts["gateway"]["calls"] == 1

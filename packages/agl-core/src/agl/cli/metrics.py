@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from agl.cli._common import fail
 from agl.errors import AglError
 
 metrics_app = typer.Typer(
@@ -39,7 +40,7 @@ def show(
     try:
         records = read_metrics(run_dir)
     except AglError as exc:
-        _fail(exc)
+        fail(exc, 2)
     columns = key or list(dict.fromkeys(k for r in records for k in r if k not in ("step", "time")))
     table = Table()
     table.add_column("step", justify="right", style="bold")
@@ -72,7 +73,7 @@ def plot(
     try:
         written = plot_metrics(run_dir, out, keys=key or ("reward/mean",))
     except AglError as exc:
-        _fail(exc)
+        fail(exc, 2)
     Console().print(f"wrote [cyan]{escape(str(written))}[/]")
 
 
@@ -85,10 +86,3 @@ def _cell(record: dict[str, Any], column: str) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.4g}"
     return str(value)
-
-
-def _fail(exc: AglError) -> NoReturn:
-    Console(stderr=True, soft_wrap=True).print(
-        f"[red]error:[/] {escape(exc.message)}", highlight=False
-    )
-    raise typer.Exit(2) from None

@@ -8,11 +8,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from agl.cli._common import console, fail
 from agl.errors import AglError
-
-console = Console(stderr=True, soft_wrap=True)  # a message is never broken mid-path
 
 
 def runner_command(
@@ -78,8 +76,7 @@ def runner_command(
         )
         stats = runner.run_sync()
     except AglError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        fail(exc, 1)
     console.print(
         f"[bold]agl runner[/] done: {stats.claimed} claimed, {stats.succeeded} succeeded, "
         f"{stats.failed} failed, {stats.timed_out} timed out, {stats.released} released, "

@@ -1,0 +1,38 @@
+"""What every ``agl`` command shares: the error console, common options, error exits."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from agl.errors import AglError
+
+__all__ = ["JsonOption", "StoreOption", "console", "fail", "print_json"]
+
+console = Console(stderr=True, soft_wrap=True)
+"""Messages and errors go to stderr; a message is never broken mid-path."""
+
+StoreOption = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="AGL_STORE",
+        help="Store URL: sqlite:///path.db, http://host:port or memory://.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def fail(exc: AglError, code: int) -> NoReturn:
+    """Print ``exc``'s message as one red line and exit with ``code``."""
+    console.print(f"[red]error:[/] {escape(exc.message)}", highlight=False)
+    raise typer.Exit(code) from None
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on stdout (non-ASCII kept as is)."""
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))

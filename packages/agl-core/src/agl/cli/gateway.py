@@ -1,0 +1,87 @@
+"""``agl gateway serve``: the OpenAI-compatible gateway as a process of its own."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from agl.cli._common import console, fail
+from agl.errors import AglError, InvalidInputError
+
+gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
+
+
+@gateway_app.command("serve")
+def gateway_serve(
+    upstream: Annotated[
+        list[str],
+        typer.Option(help="An OpenAI-compatible base URL (…/v1); repeat for several."),
+    ],
+    store: Annotated[str, typer.Option(help="Store URL the call spans go to.")],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 4748,
+    enforce_resources: Annotated[
+        bool,
+        typer.Option(help="Use the model and sampling parameters of the rollout's LLM resource."),
+    ] = False,
+    upstream_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="AGL_UPSTREAM_API_KEY", help="Bearer token for the upstreams."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGL_GATEWAY_TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on every request (agents send it as "
+            "their API key; runners give it to them from AGL_GATEWAY_TOKEN). Needed to bind "
+            "anything but loopback.",
+        ),
+    ] = None,
+    store_token: Annotated[
+        str | None,
+        typer.Option(envvar="AGL_STORE_TOKEN", help="The store server's token, if it has one."),
+    ] = None,
+    send_delay: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="Longest wait, in seconds, before a recorded call is sent to the store."
+        ),
+    ] = 0.1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
+    try:
+        from agl.server_thread import require_server_extra
+
+        require_server_extra("agl gateway serve")
+        from agl.gateway.serve import check_bind_address, serve
+        from agl.plugins import open_store
+
+        check_bind_address(host, token)
+        if store.startswith("memory:"):
+            raise InvalidInputError(
+                f"the gateway's store must be one the runs share (http://host:port of `agl "
+                f"store serve`), got {store!r}: a memory store lives and dies in this process",
+                field="store",
+                value=store,
+            )
+        http = store.startswith(("http://", "https://"))
+        opened = open_store(store, token=store_token) if http else open_store(store)
+        console.print(
+            f"[bold]agl gateway[/] on http://{host}:{port} -> {', '.join(upstream)}; "
+            f"spans to {store}" + (" (token required)" if token else "")
+        )
+        serve(
+            upstream,
+            opened,
+            host=host,
+            port=port,
+            log_level=log_level,
+            token=token,
+            enforce_resources=enforce_resources,
+            upstream_api_key=upstream_api_key,
+            delay=send_delay,
+        )
+    except AglError as exc:
+        fail(exc, 2)

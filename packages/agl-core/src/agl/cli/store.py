@@ -1,0 +1,75 @@
+"""``agl store``: serve a store over HTTP, or count what one holds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from agl.cli._common import console, fail
+from agl.errors import AglError
+
+store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
+
+
+@store_app.command("serve")
+def store_serve(
+    db: Annotated[
+        str,
+        typer.Option(help="Store to serve: sqlite:///path.db (durable) or memory://."),
+    ] = "sqlite:///agl.db",
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 4747,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGL_STORE_TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on every request. Needed to bind "
+            "anything but loopback.",
+        ),
+    ] = None,
+    max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB.")] = 64.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve a store over HTTP for runners and trainers on other processes or machines."""
+    try:
+        from agl.server_thread import require_server_extra
+
+        require_server_extra("agl store serve")
+        from agl.store.serve import check_bind_address, serve
+
+        check_bind_address(host, token)
+        console.print(
+            f"[bold]agl store[/] serving [cyan]{db}[/] on http://{host}:{port}"
+            + (" (token required)" if token else "")
+        )
+        from agl.plugins import open_store
+
+        serve(
+            open_store(db),
+            host=host,
+            port=port,
+            token=token,
+            max_body_bytes=int(max_body_mb * 1024 * 1024),
+            log_level=log_level,
+        )
+    except AglError as exc:
+        fail(exc, 2)
+
+
+@store_app.command("stats")
+def store_stats(
+    store: Annotated[str, typer.Option(help="Store URL.")] = "sqlite:///agl.db",
+) -> None:
+    """Print counts of what a store holds, as JSON."""
+    from agl.plugins import open_store
+
+    async def read() -> str:
+        async with open_store(store) as opened:
+            return (await opened.statistics()).model_dump_json(indent=2)
+
+    try:
+        typer.echo(asyncio.run(read()))
+    except AglError as exc:
+        fail(exc, 2)
