@@ -88,7 +88,7 @@ async def test_every_route_refuses_a_missing_or_wrong_token(
             assert reply.status_code == 401, (method, url, reply.text)
             assert reply.headers["www-authenticate"].startswith("Bearer")
             error = reply.json()["error"]  # OpenAI's error format, which clients understand
-            assert error["type"] == "authentication_error"
+            assert error["type"] == "AuthenticationError"
             assert "Bearer" in error["message"]
     assert len(upstream.requests) == before  # nothing reached the upstream
 

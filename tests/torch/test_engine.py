@@ -178,7 +178,7 @@ async def test_stop_strings_eos_and_lengths(
         assert total <= length
         with pytest.raises(InvalidInputError, match=f"maximum context length is {length}"):
             short.generate_sync(long_prompt)
-        with pytest.raises(InvalidInputError, match=rf"'max_tokens' is too large: 9\b.*{length}"):
+        with pytest.raises(InvalidInputError, match=rf"is too large: 9\b.*{length}"):
             short.generate_sync(prompts[3], SamplingParams(max_tokens=9))
         with pytest.raises(InvalidInputError, match="token ids in"):
             short.generate_sync([10**6])

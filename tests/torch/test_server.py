@@ -461,3 +461,38 @@ def test_the_command_line_serves_a_model_folder(tiny_model_dir: Path) -> None:
             assert card["id"] == "cli"
         finally:
             process.terminate()
+
+
+SAME_MISTAKES: list[tuple[str, dict[str, Any]]] = [
+    ("chat/completions", {"messages": []}),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}),
+    (
+        "chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": 1}},
+    ),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "temperature": "x"}),
+    ("completions", {"prompt": "hi", "logprobs": 21}),
+    ("completions", {"prompt": 5}),
+    ("completions", {"prompt": "hi", "max_tokens": 10_000}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), SAME_MISTAKES)
+def test_a_mistake_gets_the_error_the_scripted_vllm_gives(
+    server: PolicyServer, route: str, body: dict[str, Any]
+) -> None:
+    """The policy server and the scripted test server read requests with one reader."""
+    from agl.testing.openai_server import OpenAIServer
+
+    max_model_len = server.engine.max_model_len
+    with OpenAIServer(max_model_len=max_model_len) as scripted:
+        expected = httpx.post(f"{scripted.url}/{route}", json=body)
+    got = httpx.post(f"{server.url}/{route}", json=body)
+    assert got.status_code == expected.status_code == 400
+    message = got.json()["error"]["message"]
+    if "context length" in message:  # the prompt's length is the tokenizer's own
+        assert "'max_tokens' or 'max_completion_tokens' is too large: 10000" in message
+        assert expected.json()["error"]["message"].startswith(message.split(". This")[0])
+    else:
+        assert got.json() == expected.json()

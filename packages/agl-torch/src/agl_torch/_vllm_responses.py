@@ -10,14 +10,13 @@ format. :func:`error_response` gives OpenAI's error bodies.
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NamedTuple
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from agl import openai_wire as wire
 from agl_torch._vllm_requests import JSON, GenerationRequest
 from agl_torch.engine import Completion, Token
 from agl_torch.tool_parser import TOOL_CALL_START, ToolCall, parse_tool_calls
@@ -62,59 +61,56 @@ class Reply:
         self.texts = texts
         self.is_chat = request.chat
         self.prompt = request.prompt
-        self.top = request.logprobs
-        self.tools = request.tools
-        self.ids = request.token_ids
-        self.usage = request.include_usage
-        self.head: JSON = {
-            "id": f"{'chatcmpl' if self.is_chat else 'cmpl'}-{uuid.uuid4().hex}",
-            "object": "chat.completion" if self.is_chat else "text_completion",
-            "created": int(time.time()),
-            "model": request.model or model_name,
-        }
+        self.top = request.wire.logprobs
+        self.tools = request.wire.use_tools
+        self.ids = request.wire.return_token_ids
+        self.usage = request.wire.include_usage
+        model = request.wire.model or model_name
+        self.head = wire.head("chat" if request.chat else "completions", model)
 
     # --- whole bodies -----------------------------------------------------------------------
 
     def respond(self, done: Completion) -> Response:
         """The whole body answering the request, once its generation is ``done``."""
-        return self._chat(done) if self.is_chat else self._completion(done)
-
-    def _chat(self, done: Completion) -> Response:
-        text = self.texts.decode(done.token_ids)
-        content, calls = parse_tool_calls(text) if self.tools else (text, [])
-        message: JSON = {"role": "assistant", "content": content if calls else text}
-        message["tool_calls"] = _tool_calls(calls)
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": self._chat_logprobs(done.token_ids, done.logprobs, done.top_logprobs),
-            "finish_reason": "tool_calls" if calls else done.finish_reason,
-            "stop_reason": done.stop_reason,
-            "token_ids": done.token_ids if self.ids else None,
-        }
-        body = self._body(done, choice)
-        body["prompt_token_ids"] = self._prompt_ids()
+        body = self._chat(done) if self.is_chat else self._completion(done)
         return JSONResponse(body, headers=_version_header(done.weight_version))
 
-    def _completion(self, done: Completion) -> Response:
-        choice = {
-            "index": 0,
-            "text": self.texts.decode(done.token_ids),
-            "logprobs": self._completion_logprobs(done.token_ids, done.logprobs, done.top_logprobs),
-            "finish_reason": done.finish_reason,
-            "stop_reason": done.stop_reason,
-            "prompt_token_ids": self._prompt_ids(),
-            "token_ids": done.token_ids if self.ids else None,
-        }
-        return JSONResponse(self._body(done, choice), headers=_version_header(done.weight_version))
+    def _chat(self, done: Completion) -> JSON:
+        text = self.texts.decode(done.token_ids)
+        content, calls = parse_tool_calls(text) if self.tools else (text, [])
+        choice = wire.chat_choice(
+            0,
+            content=content if calls else text,
+            tool_calls=_tool_calls(calls),
+            logprobs=self._logprobs(done.token_ids, done.logprobs, done.top_logprobs),
+            finish_reason="tool_calls" if calls else done.finish_reason,
+            stop_reason=done.stop_reason,
+            token_ids=done.token_ids if self.ids else None,
+        )
+        return wire.chat_body(
+            self.head,
+            [choice],
+            wire.usage(len(self.prompt), len(done.token_ids)),
+            prompt_token_ids=self._prompt_ids(),
+            system_fingerprint=fingerprint(done.weight_version),
+        )
 
-    def _body(self, done: Completion, choice: JSON) -> JSON:
-        return {
-            **self.head,
-            "choices": [choice],
-            "usage": _usage(len(self.prompt), len(done.token_ids)),
-            "system_fingerprint": fingerprint(done.weight_version),
-        }
+    def _completion(self, done: Completion) -> JSON:
+        choice = wire.completion_choice(
+            0,
+            text=self.texts.decode(done.token_ids),
+            logprobs=self._logprobs(done.token_ids, done.logprobs, done.top_logprobs),
+            finish_reason=done.finish_reason,
+            stop_reason=done.stop_reason,
+            prompt_token_ids=self._prompt_ids(),
+            token_ids=done.token_ids if self.ids else None,
+        )
+        return wire.completion_body(
+            self.head,
+            [choice],
+            wire.usage(len(self.prompt), len(done.token_ids)),
+            system_fingerprint=fingerprint(done.weight_version),
+        )
 
     # --- streams ---------------------------------------------------------------------------
 
@@ -142,99 +138,96 @@ class Reply:
         """
         head = {**self.head, "system_fingerprint": fingerprint(first.weight_version)}
         if self.is_chat:
-            head["object"] = "chat.completion.chunk"
-            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
-            role |= {"logprobs": None, "finish_reason": None}
-            yield _sse({**head, "choices": [role], "prompt_token_ids": self._prompt_ids()})
+            yield wire.sse(wire.role_chunk(head, 0, prompt_token_ids=self._prompt_ids()))
         text = _StreamText(self.texts, self.tools)
         pending, done = first, None
         try:
             async for event in events:
                 if isinstance(event, Token):
-                    yield _sse({**head, "choices": [self._chunk(pending, text.add(pending.id))]})
+                    yield wire.sse(self._chunk(head, pending, text.add(pending.id)))
                     pending = event
                 else:
                     done = event
         except Exception as exc:  # the batch failed: tell the client, as vLLM does
-            yield _sse({"error": _error_body(500, f"generation failed: {exc}")})
-            yield "data: [DONE]\n\n"
+            yield wire.sse(wire.error_body(500, f"generation failed: {exc}"))
+            yield wire.DONE
             return
         finally:
             await events.aclose()
         assert done is not None
-        last = self._chunk(pending, text.finish(pending.id))
-        last["finish_reason"] = "tool_calls" if text.calls else done.finish_reason
-        last["stop_reason"] = done.stop_reason
-        yield _sse({**head, "choices": [last]})
+        piece = text.finish(pending.id)  # the rest of the text, and the tool calls it holds
+        finish = "tool_calls" if piece.calls else done.finish_reason
+        last = self._chunk(head, pending, piece, finish, done.stop_reason)
+        yield wire.sse(last)
         if self.usage:
-            usage = _usage(len(self.prompt), len(done.token_ids))
-            yield _sse({**head, "choices": [], "usage": usage})
-        yield "data: [DONE]\n\n"
+            total = wire.usage(len(self.prompt), len(done.token_ids))
+            yield wire.sse(wire.usage_chunk(head, total))
+        yield wire.DONE
 
-    def _chunk(self, token: Token, piece: _Piece) -> JSON:
-        """The choice of one token's chunk; ``piece`` is what the token adds to the text."""
-        ids, lps, tops = [token.id], [token.logprob], [token.top_logprobs]
+    def _chunk(
+        self,
+        head: JSON,
+        token: Token,
+        piece: _Piece,
+        finish_reason: str | None = None,
+        stop_reason: int | str | None = None,
+    ) -> JSON:
+        """The chunk of one token; ``piece`` is what the token adds to the text."""
+        ids = [token.id]
+        logprobs = self._logprobs(ids, [token.logprob], [token.top_logprobs], piece.offset)
+        token_ids = ids if self.ids else None
         if self.is_chat:
             delta: JSON = {"content": piece.text} if piece.text else {}
             if piece.calls:
                 delta["tool_calls"] = [
                     {"index": i, **call} for i, call in enumerate(_tool_calls(piece.calls))
                 ]
-            choice = {"index": 0, "delta": delta, "logprobs": self._chat_logprobs(ids, lps, tops)}
-        else:
-            logprobs = self._completion_logprobs(ids, lps, tops, piece.offset)
-            choice = {"index": 0, "text": piece.text, "logprobs": logprobs}
-            choice["prompt_token_ids"] = self._prompt_ids() if piece.position == 0 else None
-        return choice | {"finish_reason": None, "token_ids": ids if self.ids else None}
+            return wire.chat_chunk(
+                head,
+                0,
+                delta=delta,
+                logprobs=logprobs,
+                finish_reason=finish_reason,
+                stop_reason=stop_reason,
+                token_ids=token_ids,
+            )
+        choice = wire.completion_choice(
+            0,
+            text=piece.text,
+            logprobs=logprobs,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            prompt_token_ids=self._prompt_ids() if piece.position == 0 else None,
+            token_ids=token_ids,
+        )
+        del choice["prompt_logprobs"]  # vLLM's stream choices have no prompt logprobs
+        return wire.completion_chunk(head, choice)
 
     def _prompt_ids(self) -> list[int] | None:
         return self.prompt if self.ids else None
 
     # --- logprobs ---------------------------------------------------------------------------
 
-    def _chat_logprobs(
-        self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]]
-    ) -> JSON | None:
-        if self.top is None:
-            return None
-        return {
-            "content": [
-                {
-                    **self._entry(token, logprob),
-                    "top_logprobs": [self._entry(t, lp) for t, lp in top],
-                }
-                for token, logprob, top in zip(ids, lps, tops, strict=True)
-            ]
-        }
-
-    def _entry(self, token_id: int, logprob: float) -> JSON:
-        text = self.texts.token_text(token_id)
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-
-    def _completion_logprobs(
+    def _logprobs(
         self,
         ids: list[int],
         lps: list[float],
         tops: list[list[tuple[int, float]]],
         offset: int = 0,
     ) -> JSON | None:
+        """The choice's (or chunk's) logprobs, None when not asked for."""
         if self.top is None:
             return None
-        tokens = [self.texts.token_text(t) for t in ids]
-        offsets = []
-        for token in tokens:
-            offsets.append(offset)
-            offset += len(token)
-        top_dicts = [
-            {self.texts.token_text(t): lp for t, lp in [*top, (token, logprob)]}
+        text = self.texts.token_text
+        tokens = [
+            wire.TokenLogprobs(
+                wire.Logprob(text(token), logprob), [wire.Logprob(text(t), lp) for t, lp in top]
+            )
             for token, logprob, top in zip(ids, lps, tops, strict=True)
         ]
-        return {
-            "tokens": tokens,
-            "token_logprobs": lps,
-            "top_logprobs": top_dicts,
-            "text_offset": offsets,
-        }
+        if self.is_chat:
+            return wire.chat_logprobs(tokens)
+        return wire.completion_logprobs(tokens, offset)
 
 
 class _Piece(NamedTuple):
@@ -298,22 +291,7 @@ def _tool_start(text: str) -> int:
 
 
 def _tool_calls(calls: list[ToolCall]) -> list[JSON]:
-    return [
-        {
-            "id": f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments},
-        }
-        for call in calls
-    ]
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> JSON:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+    return [wire.tool_call(f"call_{uuid.uuid4().hex[:24]}", c.name, c.arguments) for c in calls]
 
 
 def _version_header(version: int) -> dict[str, str]:
@@ -322,15 +300,4 @@ def _version_header(version: int) -> dict[str, str]:
 
 def error_response(status: int, message: str, *, param: str | None = None) -> JSONResponse:
     """An error answer: OpenAI's error body, with status code ``status``."""
-    return JSONResponse(_error_body(status, message, param), status_code=status)
-
-
-def _error_body(status: int, message: str, param: str | None = None) -> JSON:
-    """OpenAI's error body, with the ``type`` names vLLM and the OpenAI SDK use."""
-    kinds = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}
-    kind = kinds.get(status, "InternalServerError" if status == 500 else "APIError")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
-
-
-def _sse(data: Mapping[str, Any]) -> str:
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return JSONResponse(wire.error_body(status, message, param=param), status_code=status)

@@ -39,7 +39,8 @@ from typing import Any, Self
 
 import torch
 
-from agl.errors import AglError, InvalidInputError
+from agl.errors import AglError
+from agl.openai_wire import check_context
 from agl_torch._batch import Completion, Event, Request, run_batch
 from agl_torch._sampling import SamplingParams, StopCheck, Token, invalid
 from agl_torch._weights import WeightsLike, check_fits, load_weights
@@ -265,23 +266,8 @@ class GenerationEngine:
         bad = [t for t in prompt if not 0 <= t < self.vocab_size]
         if bad:
             invalid("prompt", bad[0], f"token ids in [0, {self.vocab_size})")
-        room = self.max_model_len - len(prompt)
-        if room < 1:
-            raise InvalidInputError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                f"your request has {len(prompt)} input tokens. Please reduce the length of the "
-                "input.",
-                field="prompt",
-            )
-        if params.max_tokens is not None and params.max_tokens > room:
-            raise InvalidInputError(
-                f"'max_tokens' is too large: {params.max_tokens}. This model's maximum context "
-                f"length is {self.max_model_len} tokens and your request has {len(prompt)} input "
-                f"tokens ({params.max_tokens} > {self.max_model_len} - {len(prompt)}).",
-                field="max_tokens",
-                value=params.max_tokens,
-            )
-        request = Request(prompt, params, params.max_tokens or room, emit, stream)
+        limit = check_context(len(prompt), params.max_tokens, self.max_model_len)
+        request = Request(prompt, params, limit, emit, stream)
         with self._cond:
             if not self._running:
                 raise AglError("the generation engine is not running; call start() first")

@@ -23,7 +23,8 @@ choice. Chat logprobs (``logprobs: true``, ``top_logprobs: k``) come as ``{"cont
 logprob, bytes, top_logprobs}]}``, completions logprobs (``logprobs: k``) as ``{tokens,
 token_logprobs, top_logprobs, text_offset}``. Logprobs are the raw model distribution's (before
 temperature and top-p). Errors are OpenAI error bodies (``{"error": {"message", "type", "param",
-"code"}}``), 400 for any invalid request.
+"code"}}``), 400 for any invalid request. Requests are read, and bodies built, by
+:mod:`agl.openai_wire`, as in every agl server: the checks and messages are ``vllm serve``'s.
 
 **Text is the decoding of the tokens.** A choice's text is exactly ``tokenizer.decode(token_ids,
 skip_special_tokens=True)`` (so a final EOS is in ``token_ids`` but not in the text); a stream's
@@ -47,7 +48,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -57,14 +57,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl.errors import AglError, InvalidInputError
+from agl.openai_wire import WireError, model_list
 from agl.server_thread import ServerThread
-from agl_torch._vllm_requests import (
-    JSON,
-    GenerationRequest,
-    read_body,
-    read_chat,
-    read_completion,
-)
+from agl_torch._vllm_requests import JSON, GenerationRequest, read_body, read_generation
 from agl_torch._vllm_responses import (
     VERSION_HEADER,
     Reply,
@@ -174,7 +169,8 @@ def create_app(engine: GenerationEngine, model_name: str = "policy") -> FastAPI:
 
     @app.exception_handler(InvalidInputError)
     async def invalid(_: Request, exc: InvalidInputError) -> JSONResponse:
-        return error_response(400, exc.message, param=exc.field)
+        status = exc.status if isinstance(exc, WireError) else 400
+        return error_response(status, exc.message, param=exc.field)
 
     @app.exception_handler(AglError)
     async def unavailable(_: Request, exc: AglError) -> JSONResponse:
@@ -194,9 +190,7 @@ def create_app(engine: GenerationEngine, model_name: str = "policy") -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> JSON:
-        card = {"id": model_name, "object": "model", "created": int(time.time())}
-        card |= {"owned_by": "agl", "root": model_name, "parent": None}
-        return {"object": "list", "data": [{**card, "max_model_len": engine.max_model_len}]}
+        return model_list(model_name, engine.max_model_len, owned_by="agl")
 
     @app.get("/agl/weights")
     async def weights() -> JSON:
@@ -213,15 +207,16 @@ def create_app(engine: GenerationEngine, model_name: str = "policy") -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        return await generate(read_chat(await read_body(request), tokenizer))
+        return await generate(read_generation(await read_body(request), "chat", tokenizer))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await generate(read_completion(await read_body(request), tokenizer))
+        body = await read_body(request)
+        return await generate(read_generation(body, "completions", tokenizer))
 
     async def generate(request: GenerationRequest) -> Response:
         reply = Reply(request, texts, model_name)
-        if request.stream:
+        if request.wire.stream:
             return await reply.stream(engine.stream(request.prompt, request.params))
         return reply.respond(await engine.generate(request.prompt, request.params))
 

@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from agl.errors import AglError, InvalidInputError, NotFoundError
 from agl.gateway import openapi, paths
 from agl.gateway.record import CallRecord
+from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
 from agl.resources import LLM
 from agl.server_auth import BearerTokenMiddleware
 from agl.store.base import Store
@@ -51,17 +52,13 @@ logger = logging.getLogger(__name__)
 _PREFIX = paths.OPENAI
 
 
-def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+def _error(status: int, message: str) -> JSONResponse:
     """An error in the OpenAI wire format, which every OpenAI client understands."""
-    return JSONResponse(_error_body(status, message, kind), status_code=status)
+    return JSONResponse(error_body(status, message), status_code=status)
 
 
 def _unauthorized(message: str) -> dict[str, Any]:
-    return _error_body(401, message, "authentication_error")
+    return error_body(401, message)
 
 
 class Gateway:
@@ -158,7 +155,7 @@ class Gateway:
                 ) as reply:
                     content, status = await reply.read(), reply.status
             except (aiohttp.ClientError, TimeoutError) as exc:
-                return _error(502, f"upstream {upstream} unreachable: {exc}", "upstream_error")
+                return _error(502, f"upstream {upstream} unreachable: {exc}")
             return Response(content, status, media_type="application/json")
 
         @app.post(paths.FLUSH, responses=openapi.FLUSH_RESPONSES)
@@ -168,7 +165,7 @@ class Gateway:
             if await self.sender.flush_async(self._flush_timeout):
                 return JSONResponse({"flushed": True})
             message = f"the store did not take the recorded calls within {self._flush_timeout} s"
-            return _error(504, message, "store_error")
+            return _error(504, message)
 
         @app.post(
             _PREFIX + "/chat/completions",
@@ -202,17 +199,15 @@ class Gateway:
         self, kind: str, rollout_id: str, attempt_id: str, request: Request
     ) -> Response:
         try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            return _error(400, f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
+            body = read_json(await request.body())
+        except WireError as exc:
+            return _error(exc.status, exc.message)
         try:
             resources_id = await self._check_rollout(rollout_id, attempt_id)
         except NotFoundError as exc:
-            return _error(404, exc.message, "not_found_error")
+            return _error(404, exc.message)
         except AglError as exc:
-            return _error(503, f"the gateway cannot reach its store: {exc.message}", "store_error")
+            return _error(503, f"the gateway cannot reach its store: {exc.message}")
         if self.enforce_resources:
             body = await self._enforce(body, resources_id, request.headers.get("host", ""))
         upstream = self.upstream_for(rollout_id)
@@ -227,9 +222,9 @@ class Gateway:
             async with self._upstream().post(url, json=forwarded, headers=headers) as reply:
                 content, status = await reply.read(), reply.status
         except TimeoutError:
-            return self._failed(record, 504, f"upstream {upstream} timed out", "timeout")
+            return self._failed(record, 504, f"upstream {upstream} timed out")
         except aiohttp.ClientError as exc:
-            return self._failed(record, 502, f"upstream {upstream} unreachable: {exc}", "upstream")
+            return self._failed(record, 502, f"upstream {upstream} unreachable: {exc}")
         record.upstream_ms = (time.perf_counter() - started) * 1000
         if status >= 400:
             text = content[:500].decode(errors="replace")
@@ -239,7 +234,7 @@ class Gateway:
         try:
             data = json.loads(content)
         except ValueError:
-            return self._failed(record, 502, f"upstream {upstream} sent no JSON", "upstream")
+            return self._failed(record, 502, f"upstream {upstream} sent no JSON")
         record.take_response(data)
         self._submit(record)
         return JSONResponse(_as_asked(data, body, kind))
@@ -249,10 +244,10 @@ class Gateway:
         record.end_ns = time.time_ns()
         self.sender.submit(record.to_span)
 
-    def _failed(self, record: CallRecord, status: int, message: str, kind: str) -> JSONResponse:
+    def _failed(self, record: CallRecord, status: int, message: str) -> JSONResponse:
         record.error = message
         self._submit(record)
-        return _error(status, message, f"{kind}_error")
+        return _error(status, message)
 
     async def _stream(
         self,
@@ -266,10 +261,10 @@ class Gateway:
         try:
             reply = await self._upstream().post(url, json=forwarded, headers=headers)
         except TimeoutError:
-            return self._failed(record, 504, f"upstream {record.upstream} timed out", "timeout")
+            return self._failed(record, 504, f"upstream {record.upstream} timed out")
         except aiohttp.ClientError as exc:
             message = f"upstream {record.upstream} unreachable: {exc}"
-            return self._failed(record, 502, message, "upstream")
+            return self._failed(record, 502, message)
         if reply.status >= 400:
             content = await reply.read()
             reply.release()
@@ -291,16 +286,15 @@ class Gateway:
             done = False
             try:
                 async for raw in reply.content:
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data:"):
+                    payload = sse_data(raw.decode(errors="replace"))
+                    if payload is None:
                         continue
-                    payload = line[5:].strip()
                     if payload == "[DONE]":
                         # Recorded before the agent sees the end of the stream, so a flush
                         # after the agent's call returns always finds the span.
                         done = True
                         submit()
-                        yield b"data: [DONE]\n\n"
+                        yield DONE.encode()
                         continue
                     try:
                         chunk = json.loads(payload)
@@ -310,7 +304,7 @@ class Gateway:
                         record.upstream_ms = (time.perf_counter() - started) * 1000
                     record.take_chunk(chunk)
                     visible = _as_asked(chunk, asked, record.kind)
-                    yield b"data: " + json.dumps(visible).encode() + b"\n\n"
+                    yield sse(visible).encode()
                 done = True
             except (aiohttp.ClientError, TimeoutError) as exc:
                 record.error = f"upstream stream broke: {exc}"

@@ -1,96 +1,17 @@
 """Response bodies and server-sent events for :mod:`agl.testing.openai_server`.
 
-Builders for the JSON the scripted server sends, in vLLM's shapes (see the server module's
-docstring for the sources); :mod:`agl.testing._openai_wire` makes the tokens they carry.
+The scripted generations (:mod:`agl.testing._openai_wire`) put into the bodies and chunks
+:mod:`agl.openai_wire` builds, as every agl server builds them; and the Responses API's
+answers, which only the scripted server gives.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from agl.testing._openai_wire import (
-    JSON,
-    Generation,
-    Step,
-    chat_logprobs,
-    completion_logprobs,
-    text_offset,
-)
-
-# --- ids, usage, errors, events --------------------------------------------------------------
-
-
-def new_id(prefix: str) -> str:
-    """A fresh id in vLLM's style: ``chatcmpl-<hex>``, ``cmpl-<hex>``, ``resp_<hex>``..."""
-    return f"{prefix}{uuid.uuid4().hex}"
-
-
-def head(body: Mapping[str, Any], prefix: str, model: str) -> JSON:
-    """The ``id``, ``created`` and ``model`` every body starts with (``model`` echoed)."""
-    return {"id": new_id(prefix), "created": now(), "model": body.get("model") or model}
-
-
-def _top(head: JSON, kind: str) -> JSON:
-    return {"id": head["id"], "object": kind, "created": head["created"], "model": head["model"]}
-
-
-def model_list(model: str, max_model_len: int) -> JSON:
-    """``GET /v1/models``: the one served model, with vLLM's ``max_model_len``."""
-    card = {"id": model, "object": "model", "created": now(), "owned_by": "vllm", "root": model}
-    return {"object": "list", "data": [{**card, "parent": None, "max_model_len": max_model_len}]}
-
-
-def now() -> int:
-    """The ``created`` timestamp: whole seconds since the epoch."""
-    return int(time.time())
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> JSON:
-    """A chat/completions ``usage`` object."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
-    }
-
-
-def error_body(status: int, message: str, kind: str | None = None) -> JSON:
-    """vLLM's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {
-        "error": {
-            "message": message,
-            "type": kind or error_type(status),
-            "param": None,
-            "code": status,
-        }
-    }
-
-
-def error_type(status: int) -> str:
-    """The error ``type`` for a status: vLLM's ``BadRequestError`` for 400, else the SDK's name."""
-    names = {
-        400: "BadRequestError",
-        401: "AuthenticationError",
-        403: "PermissionDeniedError",
-        404: "NotFoundError",
-        409: "ConflictError",
-        422: "UnprocessableEntityError",
-        429: "RateLimitError",
-        500: "InternalServerError",
-        503: "ServiceUnavailableError",
-    }
-    return names.get(status, "APIError")
-
-
-def sse(data: Mapping[str, Any] | str, event: str | None = None) -> str:
-    """One server-sent event: ``data: <json>`` (after ``event: <name>`` when given)."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+from agl import openai_wire as wire
+from agl.testing._openai_wire import JSON, Generation, Step, logprobs, text_offset
 
 
 def _interleave(gens: Sequence[Generation]) -> Iterator[tuple[int, Generation, Step]]:
@@ -121,41 +42,19 @@ def chat_completion(
     head: JSON, gens: Sequence[Generation], prompt: Sequence[int], ids: bool, top: int | None
 ) -> JSON:
     """A non-streaming ``chat.completion`` body; ``head`` holds ``id``, ``created``, ``model``."""
-    choices = []
-    for i, gen in enumerate(gens):
-        message: JSON = {
-            "role": "assistant",
-            "content": gen.content,
-            "refusal": None,
-            "annotations": None,
-            "audio": None,
-            "function_call": None,
-        }
-        if gen.tool_calls:
-            message["tool_calls"] = gen.tool_calls
-        message["reasoning"] = None
-        logprobs = None if top is None else {"content": chat_logprobs(gen.token_ids, 0, top)}
-        choices.append(
-            {
-                "index": i,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": gen.finish_reason,
-                "stop_reason": None,
-                "token_ids": gen.token_ids if ids else None,
-            }
+    choices = [
+        wire.chat_choice(
+            i,
+            content=gen.content,
+            tool_calls=gen.tool_calls,
+            logprobs=None if top is None else wire.chat_logprobs(logprobs(gen.token_ids, 0, top)),
+            finish_reason=gen.finish_reason,
+            token_ids=gen.token_ids if ids else None,
         )
-    completion_tokens = sum(len(g.token_ids) for g in gens)
-    return {
-        **_top(head, "chat.completion"),
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": usage(len(prompt), completion_tokens),
-        "prompt_logprobs": None,
-        "prompt_token_ids": list(prompt) if ids else None,
-        "kv_transfer_params": None,
-    }
+        for i, gen in enumerate(gens)
+    ]
+    total = wire.usage(len(prompt), sum(len(g.token_ids) for g in gens))
+    return wire.chat_body(head, choices, total, prompt_token_ids=prompt if ids else None)
 
 
 def chat_stream(
@@ -167,32 +66,25 @@ def chat_stream(
     include_usage: bool,
 ) -> Iterator[str]:
     """The SSE events of a streamed chat completion, ``data: [DONE]`` last."""
-    base = _top(head, "chat.completion.chunk")
     for i in range(len(gens)):
-        delta = {"role": "assistant", "content": ""}
-        choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
-        yield sse({**base, "choices": [choice], "prompt_token_ids": list(prompt) if ids else None})
+        yield wire.sse(wire.role_chunk(head, i, prompt_token_ids=prompt if ids else None))
     for i, gen, step in _interleave(gens):
         if step.kind == "tail" and not ids:
             continue  # vLLM sends tokens that add nothing only when asked for token ids
-        logprobs = None
-        if top is not None:
-            logprobs = {"content": chat_logprobs(step.token_ids, step.start, top)}
-        choice = {
-            "index": i,
-            "delta": _delta(gen, step),
-            "logprobs": logprobs,
-            "finish_reason": step.finish_reason,
-        }
-        if step.finish_reason:
-            choice["stop_reason"] = None
-        choice["token_ids"] = step.token_ids if ids else None
-        yield sse({**base, "choices": [choice]})
+        chosen = None if top is None else logprobs(step.token_ids, step.start, top)
+        chunk = wire.chat_chunk(
+            head,
+            i,
+            delta=_delta(gen, step),
+            logprobs=None if chosen is None else wire.chat_logprobs(chosen),
+            finish_reason=step.finish_reason,
+            token_ids=step.token_ids if ids else None,
+        )
+        yield wire.sse(chunk)
     if include_usage:
-        total = usage(len(prompt), sum(len(g.token_ids) for g in gens))
-        del total["prompt_tokens_details"]
-        yield sse({**base, "choices": [], "usage": total})
-    yield sse("[DONE]")
+        total = wire.usage(len(prompt), sum(len(g.token_ids) for g in gens))
+        yield wire.sse(wire.usage_chunk(head, total))
+    yield wire.DONE
 
 
 def completion(
@@ -203,30 +95,21 @@ def completion(
     top: int | None,
 ) -> JSON:
     """A non-streaming ``text_completion`` body; ``items`` pairs each choice with its prompt."""
-    choices = []
-    for i, (prompt, gen) in enumerate(items):
-        logprobs = None if top is None else completion_logprobs(gen.token_ids, 0, top, 0)
-        choices.append(
-            {
-                "index": i,
-                "text": gen.content or "",
-                "logprobs": logprobs,
-                "finish_reason": gen.finish_reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": list(prompt) if ids else None,
-                "token_ids": gen.token_ids if ids else None,
-            }
+    choices = [
+        wire.completion_choice(
+            i,
+            text=gen.content or "",
+            logprobs=None
+            if top is None
+            else wire.completion_logprobs(logprobs(gen.token_ids, 0, top)),
+            finish_reason=gen.finish_reason,
+            prompt_token_ids=prompt if ids else None,
+            token_ids=gen.token_ids if ids else None,
         )
-    completion_tokens = sum(len(g.token_ids) for _, g in items)
-    return {
-        **_top(head, "text_completion"),
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": usage(prompt_tokens, completion_tokens),
-        "kv_transfer_params": None,
-    }
+        for i, (prompt, gen) in enumerate(items)
+    ]
+    total = wire.usage(prompt_tokens, sum(len(g.token_ids) for _, g in items))
+    return wire.completion_body(head, choices, total)
 
 
 def completion_stream(
@@ -238,32 +121,29 @@ def completion_stream(
     include_usage: bool,
 ) -> Iterator[str]:
     """The SSE events of a streamed text completion, ``data: [DONE]`` last."""
-    base = _top(head, "text_completion")
     gens = [gen for _, gen in items]
     seen: set[int] = set()
     for i, gen, step in _interleave(gens):
-        logprobs = None
+        lps = None
         if top is not None:
             offset = text_offset(gen.token_ids[: step.start])
-            logprobs = completion_logprobs(step.token_ids, step.start, top, offset)
+            lps = wire.completion_logprobs(logprobs(step.token_ids, step.start, top), offset)
         first = i not in seen
         seen.add(i)
-        prompt = list(items[i][0]) if ids and first else None
-        choice = {
-            "index": i,
-            "text": step.text,
-            "logprobs": logprobs,
-            "finish_reason": step.finish_reason,
-            "stop_reason": None,
-            "prompt_token_ids": prompt,
-            "token_ids": step.token_ids if ids else None,
-        }
-        yield sse({**base, "choices": [choice], "usage": None})
+        choice = wire.completion_choice(
+            i,
+            text=step.text,
+            logprobs=lps,
+            finish_reason=step.finish_reason,
+            prompt_token_ids=items[i][0] if ids and first else None,
+            token_ids=step.token_ids if ids else None,
+        )
+        del choice["prompt_logprobs"]  # vLLM's stream choices have no prompt logprobs
+        yield wire.sse(wire.completion_chunk(head, choice))
     if include_usage:
-        final = usage(prompt_tokens, sum(len(g.token_ids) for g in gens))
-        del final["prompt_tokens_details"]
-        yield sse({**base, "choices": [], "usage": final})
-    yield sse("[DONE]")
+        total = wire.usage(prompt_tokens, sum(len(g.token_ids) for g in gens))
+        yield wire.sse(wire.usage_chunk(head, total))
+    yield wire.DONE
 
 
 def response_output(gen: Generation, message_id: str, call_ids: Sequence[str]) -> list[JSON]:
@@ -345,7 +225,7 @@ def response_stream(
     seq = iter(range(1 << 30))
 
     def event(kind: str, **fields: Any) -> str:
-        return sse({"type": kind, "sequence_number": next(seq), **fields}, event=kind)
+        return wire.sse({"type": kind, "sequence_number": next(seq), **fields}, event=kind)
 
     yield event("response.created", response=response(head, body, [], None, prompt))
     yield event("response.in_progress", response=response(head, body, [], None, prompt))

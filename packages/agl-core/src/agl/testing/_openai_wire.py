@@ -1,7 +1,8 @@
 """The model side of :mod:`agl.testing.openai_server`: replies, tokenizer, template, logprobs.
 
 Pure functions: requests in (checked the way vLLM checks them), :class:`Reply` objects turned
-into tokens and logprobs out; :mod:`agl.testing._openai_bodies` puts those into response bodies.
+into tokens and logprobs out; :mod:`agl.testing._openai_bodies` puts those into response bodies
+(requests are read, and bodies built, by :mod:`agl.openai_wire`, as every agl server does).
 The public names are re-exported by the server module, whose docstring documents the formats
 and their vLLM sources.
 """
@@ -15,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agl.openai_wire import Logprob, TokenLogprobs, WireError, content_text, responses_messages
+
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
 """The reserved special token ids; byte ``b`` is token ``b + 3``."""
 VOCAB_SIZE = 256 + 3
@@ -22,14 +25,6 @@ _SPECIAL_TEXT = {BOS_ID: "<s>", EOS_ID: "<|im_end|>", PAD_ID: "<pad>"}
 _END_OF_TURN = "<|im_end|>"
 
 JSON = dict[str, Any]
-
-
-class WireError(Exception):
-    """An error the server answers with ``status`` and an OpenAI error body."""
-
-    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
 
 
 # --- tokenizer and chat template --------------------------------------------------------------
@@ -71,22 +66,6 @@ def token_bytes(token_id: int) -> list[int]:
     return [token_id - 3]
 
 
-def content_text(content: Any) -> str:
-    """A message's ``content`` as text: strings as-is, text parts joined, other parts tagged."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                text = part.get("text")
-                parts.append(text if isinstance(text, str) else f"<{part.get('type', 'part')}>")
-        return "".join(parts)
-    return str(content)
-
-
 def tool_call_text(name: str, arguments: str, index: int = 0) -> tuple[str, str, str]:
     """A tool call as the model writes it (Hermes style): ``(head, arguments, tail)``."""
     head = ("\n" if index else "") + '<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": '
@@ -118,28 +97,6 @@ def render_chat(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | No
     return "".join(out)
 
 
-def responses_messages(body: Mapping[str, Any]) -> list[JSON]:
-    """Turn a Responses API request (``instructions`` + ``input``) into chat messages."""
-    messages: list[JSON] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": body["instructions"]})
-    items = body.get("input", "")
-    if isinstance(items, str):
-        return [*messages, {"role": "user", "content": items}]
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise WireError(400, f"'input' items must be objects (got {item!r})")
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            call = {"function": {"name": item.get("name"), "arguments": item.get("arguments")}}
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "content": item.get("output")})
-        else:
-            messages.append({"role": item.get("role", "user"), "content": item.get("content")})
-    return messages
-
-
 def last_user_text(request: Mapping[str, Any]) -> str:
     """The last user message's text of a chat, completions or Responses API request body."""
     if "prompt" in request:
@@ -147,7 +104,9 @@ def last_user_text(request: Mapping[str, Any]) -> str:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
             prompt = prompt[-1]
         return prompt if isinstance(prompt, str) else decode(prompt)
-    messages = request.get("messages") or responses_messages(request)
+    messages = request.get("messages") or (
+        responses_messages(request) if "input" in request else []
+    )
     users = [m for m in messages if m.get("role") == "user"]
     return content_text(users[-1].get("content")) if users else ""
 
@@ -290,36 +249,14 @@ def top_candidates(position: int, token_id: int, k: int) -> list[tuple[int, floa
     return out
 
 
-def chat_logprobs(token_ids: Sequence[int], start: int, top: int) -> list[JSON]:
-    """OpenAI chat logprobs ``content`` entries for tokens at positions ``start``, ``start+1``..."""
-    entries = []
+def logprobs(token_ids: Sequence[int], start: int, top: int) -> list[TokenLogprobs]:
+    """Logprobs of tokens at positions ``start``, ``start + 1``..., ``top`` alternatives each."""
+    out = []
     for pos, tok in enumerate(token_ids, start):
-        cands = top_candidates(pos, tok, max(top, 1))
-        entries.append(
-            {
-                "token": token_text(tok),
-                "logprob": cands[0][1],
-                "bytes": token_bytes(tok),
-                "top_logprobs": [
-                    {"token": token_text(t), "logprob": lp, "bytes": token_bytes(t)}
-                    for t, lp in cands[:top]
-                ],
-            }
-        )
-    return entries
-
-
-def completion_logprobs(token_ids: Sequence[int], start: int, top: int, offset: int) -> JSON:
-    """Legacy completions logprobs (``tokens``, ``token_logprobs``, ``top_logprobs``...)."""
-    tokens, lps, tops, offsets = [], [], [], []
-    for pos, tok in enumerate(token_ids, start):
-        cands = top_candidates(pos, tok, max(top, 1))
-        tokens.append(token_text(tok))
-        lps.append(cands[0][1])
-        tops.append({token_text(t): lp for t, lp in cands})
-        offsets.append(offset)
-        offset += len(tokens[-1])
-    return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
+        best = top_candidates(pos, tok, max(top, 1))
+        cands = [Logprob(token_text(t), lp, token_bytes(t)) for t, lp in best]
+        out.append(TokenLogprobs(cands[0], cands[:top]))
+    return out
 
 
 def text_offset(token_ids: Sequence[int]) -> int:
@@ -327,104 +264,16 @@ def text_offset(token_ids: Sequence[int]) -> int:
     return sum(len(token_text(t)) for t in token_ids)
 
 
-# --- request checks (vLLM's messages) ---------------------------------------------------------
+# --- prompts --------------------------------------------------------------------------------
 
 
-def generation_limit(
-    body: Mapping[str, Any], prompt: int, max_model_len: int, keys: Sequence[str], default: Any
-) -> int:
-    """vLLM's context-length checks; return how many tokens may be generated.
-
-    Raises:
-        WireError: 400 when the prompt fills the context or ``max_tokens`` does not fit.
-    """
-    top = max_model_len
-    if prompt >= top:
-        raise WireError(
-            400,
-            f"This model's maximum context length is {top} tokens. However, your request has "
-            f"{prompt} input tokens. Please reduce the length of the input messages.",
-        )
-    asked = next((body[k] for k in keys if body.get(k) is not None), default)
-    if asked is None:
-        return top - prompt
-    if not _is_int(asked) or asked < 0:
-        raise WireError(400, f"{keys[0]!r} must be a non-negative integer (got {asked!r})")
-    if prompt + asked > top:
-        raise WireError(
-            400,
-            f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum "
-            f"context length is {top} tokens and your request has {prompt} input tokens "
-            f"({asked} > {top} - {prompt}).",
-        )
-    return int(asked)
-
-
-def choices(body: Mapping[str, Any]) -> int:
-    """The request's ``n``, checked."""
-    n = body.get("n")
-    if n is None:
-        return 1
-    if not _is_int(n) or n < 1:
-        raise WireError(400, f"'n' must be a positive integer (got {n!r})")
-    return int(n)
-
-
-def logprobs_wanted(body: Mapping[str, Any], chat: bool) -> int | None:
-    """How many top logprobs each token gets; ``None`` for no logprobs at all.
-
-    Chat asks with ``logprobs: true`` (+ ``top_logprobs: k``), completions with ``logprobs: k``.
-    """
-    value = body.get("logprobs")
-    if chat:
-        top = body.get("top_logprobs")
-        if top is not None and not value:
-            raise WireError(400, "when using `top_logprobs`, `logprobs` must be set to true.")
-        value = (top or 0) if value else None
-    if value is not None and (not _is_int(value) or value < 0):
-        raise WireError(400, f"logprobs must be a non-negative integer (got {value!r})")
-    return value
-
-
-def include_usage(body: Mapping[str, Any]) -> bool:
-    """Whether a stream ends with a usage chunk (``stream_options.include_usage``)."""
-    options = body.get("stream_options")
-    if options and not body.get("stream"):
-        raise WireError(400, "Stream options can only be defined when `stream=True`.")
-    return bool((options or {}).get("include_usage"))
-
-
-def chat_messages(body: Mapping[str, Any]) -> list[JSON]:
-    """A chat request's ``messages``, checked."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise WireError(400, "'messages' must be a list of message objects")
-    return messages
-
-
-def prompts(prompt: Any) -> list[list[int]]:
-    """A completions ``prompt`` (text, token ids, or a list of either) as token id lists."""
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and _is_ids(prompt)):
-        prompt = [prompt]
-    if not isinstance(prompt, list) or not prompt:
-        raise WireError(400, "'prompt' must be a string, a list of token ids, or a list of those")
+def prompt_ids(prompts: Sequence[str | list[int]]) -> list[list[int]]:
+    """Completions prompts (text or token ids) as token ids, each id in the vocabulary."""
     out = []
-    for item in prompt:
-        if not isinstance(item, str) and not (isinstance(item, list) and _is_ids(item)):
-            raise WireError(
-                400, f"'prompt' has an item that is neither text nor token ids: {item!r}"
-            )
+    for item in prompts:
         ids = encode(item) if isinstance(item, str) else item
         bad = [t for t in ids if not 0 <= t < VOCAB_SIZE]
         if bad:
-            raise WireError(400, f"Token id {max(bad)} is out of vocabulary")
+            raise WireError(f"Token id {max(bad)} is out of vocabulary", field="prompt")
         out.append(ids)
     return out
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_ids(items: list[Any]) -> bool:
-    return all(_is_int(t) for t in items)

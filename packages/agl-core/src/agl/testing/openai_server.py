@@ -41,26 +41,12 @@ cut tool calls come back as text. Streams send one token per chunk, each with it
 ``n`` gives several choices. Logprobs are deterministic (a hash of position and token), always
 <= 0; the sampled token is the most likely one and the alternatives are printable ASCII.
 
-**vLLM's format**, matched against vllm-project/vllm ``vllm/entrypoints/openai/``
-(``chat_completion/protocol.py`` and ``serving.py``, ``completion/serving.py``, ``engine/
-protocol.py``), vLLM >= 0.10.2:
-
-* With ``"return_token_ids": true``: chat bodies carry top-level ``prompt_token_ids`` and
-  per-choice ``token_ids``; chat streams carry ``prompt_token_ids`` on the first (role) chunk
-  of each choice and ``token_ids`` (that chunk's tokens) on every later chunk; completions carry
-  both per choice (streams: ``prompt_token_ids`` on each choice's first chunk). Without it those
-  fields are ``null``. The Responses API has no token ids in vLLM, and none here.
-* Chat ``"logprobs": true, "top_logprobs": k``: ``choices[i].logprobs.content`` =
-  ``[{token, logprob, bytes, top_logprobs: [k x {token, logprob, bytes}]}]``; completions
-  ``"logprobs": k``: ``{text_offset, token_logprobs, tokens, top_logprobs: [{token: logprob}]}``.
-  ``bytes`` is the token's raw byte (vLLM encodes the decoded text, which differs only for a
-  byte in the middle of a character).
-* Streams end with ``data: [DONE]``; ``stream_options.include_usage`` adds a last chunk with
-  ``choices: []`` and ``usage``. Finished stream choices also carry ``stop_reason: null``.
-* Errors: ``{"error": {"message", "type", "param", "code"}}`` with ``code`` the HTTP status and
-  ``type`` e.g. ``BadRequestError``. A prompt of ``max_model_len`` tokens or more, or
-  ``max_tokens`` beyond what is left, gets vLLM's 400 ("This model's maximum context length is
-  N tokens. However, your request has M input tokens. ...").
+**vLLM's format**: requests are read, and bodies, chunks and errors built, by
+:mod:`agl.openai_wire`, whose docstrings give the shapes and their vLLM sources (vLLM >=
+0.10.2). The Responses API (which vLLM answers without token ids) is built here. A prompt of
+``max_model_len`` tokens or more, or ``max_tokens`` beyond what is left, gets vLLM's 400
+("This model's maximum context length is N tokens. However, your request has M input tokens.
+...").
 """
 
 from __future__ import annotations
@@ -73,23 +59,34 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agl.openai_wire import (
+    WireError,
+    WireRequest,
+    check_context,
+    error_body,
+    head,
+    model_list,
+    new_id,
+    now,
+    read_request,
+)
 from agl.server_thread import ServerThread
 from agl.testing import _openai_bodies as bodies
 from agl.testing import _openai_wire as wire
 from agl.testing._openai_wire import (
     BOS_ID,
     EOS_ID,
+    JSON,
     PAD_ID,
     VOCAB_SIZE,
     Reply,
     ToolCall,
-    WireError,
     decode,
     encode,
     last_user_text,
@@ -204,7 +201,7 @@ class _State:
         with self.lock:
             self.log.append(entry)
         if request.method == "POST" and not isinstance(body, dict):
-            raise WireError(400, "the request body must be a JSON object")
+            raise WireError("the request body must be a JSON object")
         return body
 
     async def ask(self, body: dict[str, Any], choices: int) -> list[Reply]:
@@ -215,21 +212,26 @@ class _State:
                 result = await result
         except Exception as exc:
             logger.exception("the script failed")
-            raise WireError(500, f"the script raised {type(exc).__name__}: {exc}") from None
+            message = f"the script raised {type(exc).__name__}: {exc}"
+            raise WireError(message, status=500) from None
         items = [result] if isinstance(result, Reply | str) else list(result)
         replies = [Reply(text=r) if isinstance(r, str) else r for r in items]
         if not replies:
-            raise WireError(500, "the script returned no reply")
+            raise WireError("the script returned no reply", status=500)
         replies = [replies[i % len(replies)] for i in range(choices)]
         await asyncio.sleep(max(r.delay for r in replies))
         for reply in replies:
             if reply.status is not None:
-                raise WireError(reply.status, reply.message, reply.error_type)
+                raise WireError(reply.message, status=reply.status, kind=reply.error_type)
         return replies
 
 
 def _calls(reply: Reply, prefix: str) -> list[tuple[str, str, str]]:
-    return [(c.id or bodies.new_id(prefix), c.name, c.arguments_json) for c in reply.tool_calls]
+    return [(c.id or new_id(prefix), c.name, c.arguments_json) for c in reply.tool_calls]
+
+
+def _head(asked: WireRequest, api: Literal["chat", "completions"], model: str) -> JSON:
+    return head(api, asked.model or model)
 
 
 def _stream(events: Iterator[str], replies: Sequence[Reply]) -> StreamingResponse:
@@ -247,17 +249,17 @@ def _stream(events: Iterator[str], replies: Sequence[Reply]) -> StreamingRespons
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(WireError)
     async def failure(_: Request, exc: WireError) -> JSONResponse:
-        body = bodies.error_body(exc.status, exc.message, exc.kind)
+        body = error_body(exc.status, exc.message, param=exc.field, kind=exc.kind)
         return JSONResponse(body, status_code=exc.status)
 
     @app.exception_handler(Exception)
     async def crash(_: Request, exc: Exception) -> JSONResponse:
         message = f"the scripted server failed: {type(exc).__name__}: {exc}"
-        return JSONResponse(bodies.error_body(500, message), status_code=500)
+        return JSONResponse(error_body(500, message), status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        body = bodies.error_body(exc.status_code, str(exc.detail))
+        body = error_body(exc.status_code, str(exc.detail))
         return JSONResponse(body, status_code=exc.status_code)
 
 
@@ -274,69 +276,66 @@ def _create_app(state: _State) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         await state.record(request)
-        return bodies.model_list(state.model, state.max_model_len)
+        return model_list(state.model, state.max_model_len)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await state.record(request)
-        prompt = encode(render_chat(wire.chat_messages(body), body.get("tools")))
-        keys = ("max_completion_tokens", "max_tokens")
-        limit = wire.generation_limit(body, len(prompt), state.max_model_len, keys, None)
-        usage, top = wire.include_usage(body), wire.logprobs_wanted(body, chat=True)
-        replies = await state.ask(body, wire.choices(body))
+        asked = read_request(body, "chat")
+        prompt = encode(render_chat(asked.messages or [], asked.tools))
+        limit = check_context(len(prompt), asked.max_tokens, state.max_model_len)
+        replies = await state.ask(body, asked.n)
         gens = [wire.generate(r.text, _calls(r, "chatcmpl-tool-"), limit) for r in replies]
-        head = bodies.head(body, "chatcmpl-", state.model)
-        ids = bool(body.get("return_token_ids"))
-        if body.get("stream"):
-            return _stream(bodies.chat_stream(head, gens, prompt, ids, top, usage), replies)
+        head = _head(asked, "chat", state.model)
+        ids, top = asked.return_token_ids, asked.logprobs
+        if asked.stream:
+            events = bodies.chat_stream(head, gens, prompt, ids, top, asked.include_usage)
+            return _stream(events, replies)
         return JSONResponse(bodies.chat_completion(head, gens, prompt, ids, top))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         body = await state.record(request)
-        prompts = wire.prompts(body.get("prompt"))
-        limits = [
-            wire.generation_limit(body, len(p), state.max_model_len, ("max_tokens",), 16)
-            for p in prompts
-        ]
-        usage, n = wire.include_usage(body), wire.choices(body)
-        top = wire.logprobs_wanted(body, chat=False)
+        asked = read_request(body, "completions")
+        prompts = wire.prompt_ids(asked.prompts or [])
+        max_tokens = 16 if asked.max_tokens is None else asked.max_tokens  # vLLM's default
+        limits = [check_context(len(p), max_tokens, state.max_model_len) for p in prompts]
+        n = asked.n
         replies = await state.ask(body, n * len(prompts))
         items = []
         for i, reply in enumerate(replies):
             raw = wire.tool_calls_text(_calls(reply, "")) if reply.tool_calls else reply.text
             items.append((prompts[i // n], wire.generate(raw, (), limits[i // n])))
-        head = bodies.head(body, "cmpl-", state.model)
+        head = _head(asked, "completions", state.model)
         prompt_tokens = sum(len(p) for p in prompts)
-        ids = bool(body.get("return_token_ids"))
-        if body.get("stream"):
-            return _stream(
-                bodies.completion_stream(head, items, prompt_tokens, ids, top, usage), replies
+        ids, top = asked.return_token_ids, asked.logprobs
+        if asked.stream:
+            events = bodies.completion_stream(
+                head, items, prompt_tokens, ids, top, asked.include_usage
             )
+            return _stream(events, replies)
         return JSONResponse(bodies.completion(head, items, prompt_tokens, ids, top))
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         body = await state.record(request)
-        if not isinstance(body.get("input"), str | list):
-            raise WireError(400, "'input' must be a string or a list of input items")
-        prompt = encode(render_chat(wire.responses_messages(body), body.get("tools")))
-        limit = wire.generation_limit(
-            body, len(prompt), state.max_model_len, ("max_output_tokens",), None
-        )
+        asked = read_request(body, "responses")
+        prompt = encode(render_chat(asked.messages or [], asked.tools))
+        limit = check_context(len(prompt), asked.max_tokens, state.max_model_len)
         replies = await state.ask(body, 1)
         gen = wire.generate(replies[0].text, _calls(replies[0], "call_"), limit)
-        call_ids = [bodies.new_id("fc_") for _ in gen.tool_calls]
-        output = bodies.response_output(gen, bodies.new_id("msg_"), call_ids)
-        head = bodies.head(body, "resp_", state.model)
-        if body.get("stream"):
+        call_ids = [new_id("fc_") for _ in gen.tool_calls]
+        output = bodies.response_output(gen, new_id("msg_"), call_ids)
+        head = {"id": new_id("resp_"), "created": now(), "model": asked.model or state.model}
+        if asked.stream:
             return _stream(bodies.response_stream(head, body, gen, output, len(prompt)), replies)
         return JSONResponse(bodies.response(head, body, output, gen, len(prompt)))
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def unknown(request: Request, path: str) -> Response:
         await state.record(request)
-        raise WireError(404, f"no route {request.method} /{path} on the scripted server")
+        message = f"no route {request.method} /{path} on the scripted server"
+        raise WireError(message, status=404)
 
     return app
 
