@@ -156,7 +156,7 @@ def test_the_token_budget_waits_for_calls_in_flight_and_refuses_what_cannot_fit(
 def test_apo_builds_without_arguments_and_checks_its_options() -> None:
     apo = APO()
     assert (apo.name, apo.follows_loop, apo.lightning) == ("apo", True, None)
-    assert (apo.max_steps, apo.n_epochs) == (apo.max_rounds, apo.max_rounds)
+    assert (apo.loop.max_steps, apo.loop.n_epochs) == (apo.max_rounds, apo.max_rounds)
     with pytest.raises(agl.InvalidInputError, match="beam_width must be") as caught:
         APO(beam_width=0)
     assert caught.value.field == "beam_width"

@@ -44,8 +44,7 @@ class WriterRL(agl.StepAlgorithm):
     """A stand-in for RL on the writer: owns its LLM, changes the temperature every step."""
 
     name = "writer-rl"
-    batch_size = 2
-    n_samples = 1
+    loop = agl.LoopSettings(batch_size=2, n_samples=1)
 
     def __init__(self, url: str) -> None:
         self.url = url

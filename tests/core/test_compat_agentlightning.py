@@ -63,7 +63,7 @@ def test_dev_and_fit_with_agent_lightnings_names(tmp_path: Path, server: OpenAIS
 
 class _Recorder(agl.StepAlgorithm):
     name = "recorder"
-    batch_size = 2
+    loop = agl.LoopSettings(batch_size=2)
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream

@@ -61,8 +61,7 @@ async def pipeline(
 
 class WriterRL(agl.StepAlgorithm):
     name = "writer-rl"
-    n_samples = 2
-    batch_size = 2
+    loop = agl.LoopSettings(n_samples=2, batch_size=2)
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -85,8 +84,7 @@ class WriterRL(agl.StepAlgorithm):
 
 class CheckerPrompts(agl.StepAlgorithm):
     name = "checker-prompts"
-    n_samples = 2
-    batch_size = 2
+    loop = agl.LoopSettings(n_samples=2, batch_size=2)
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -242,7 +240,7 @@ class _OwnLoop(agl.Algorithm):
 
 def test_per_agent_settings_are_checked_up_front() -> None:
     rl, prompts = WriterRL("http://x/v1"), CheckerPrompts("http://x/v1")
-    prompts.n_samples = 4
+    prompts.loop = agl.LoopSettings(n_samples=4, batch_size=2)
     with pytest.raises(InvalidInputError, match="disagree on n_samples"):
         agl.Trainer({"writer": rl, "checker": prompts})
     agl.PerAgent({"writer": rl, "checker": prompts}, n_samples=4)  # explicit: fine
@@ -287,13 +285,12 @@ class _Follower(CheckerPrompts):
 
 def test_an_algorithm_that_follows_the_loop_takes_the_others_settings() -> None:
     rl, follower = WriterRL("http://x/v1"), _Follower("http://x/v1")
-    rl.n_samples, follower.n_samples = 4, 1
-    rl.batch_size, follower.batch_size = 2, None
+    rl.loop = agl.LoopSettings(n_samples=4, batch_size=2)
+    follower.loop = agl.LoopSettings(n_samples=1, batch_size=None)
     per_agent = agl.PerAgent({"writer": rl, "checker": follower})
     assert (per_agent.settings.n_samples, per_agent.settings.batch_size) == (4, 2)
     other = _Follower("http://x/v1")
-    other.batch_size = None
-    other.n_samples = 3
+    other.loop = agl.LoopSettings(n_samples=3, batch_size=None)
     with pytest.raises(InvalidInputError, match="disagree on n_samples"):
         agl.PerAgent({"checker": follower, "writer": other})  # all follow: they must agree
 
@@ -361,7 +358,7 @@ def test_a_key_that_matches_no_agent_is_warned_about(
 
 class _Learner(agl.StepAlgorithm):
     name = "learner"
-    batch_size = 2
+    loop = agl.LoopSettings(batch_size=2)
 
     async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> None:
         return None

@@ -21,7 +21,7 @@ EXPECTED = {
     "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
     "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "LightningRL",
-    "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch",
+    "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
 }  # fmt: skip
 
 

@@ -15,9 +15,7 @@ class Counting(agl.StepAlgorithm):
     name = "counting"
 
     def __init__(self, n_epochs: int, batch_size: int | None, max_steps: int | None) -> None:
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.max_steps = max_steps
+        self.loop = agl.LoopSettings(n_epochs=n_epochs, batch_size=batch_size, max_steps=max_steps)
         self.steps: list[int] = []
 
     async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> Mapping[str, Resource]:
@@ -44,3 +42,29 @@ def test_total_steps_is_what_the_loop_runs(
     total, per_epoch = algorithm.total_steps(n_tasks)
     assert algorithm.steps == list(range(1, total + 1))
     assert per_epoch == -(-n_tasks // (batch_size or n_tasks))
+
+
+def test_loop_settings_are_one_checked_frozen_object() -> None:
+    assert agl.StepAlgorithm.loop == agl.LoopSettings()
+    baseline = agl.Baseline(n_samples=3)
+    assert baseline.loop.n_samples == 3
+    with pytest.raises(AttributeError, match=r"self.loop = agl.LoopSettings\(n_samples=...\)"):
+        baseline.n_samples = 4  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match=r"loop = agl.LoopSettings\(batch_size=...\)"):
+
+        class Loose(agl.StepAlgorithm):  # the old way: silently ignored, were it allowed
+            batch_size = 2
+
+    for bad in ({"n_samples": 0}, {"n_epochs": 1.5}, {"batch_size": 0}, {"step_timeout": -1}):
+        with pytest.raises(agl.InvalidInputError, match=f"LoopSettings.{next(iter(bad))}"):
+            agl.LoopSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_model_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agl.algorithm import model_or_env
+
+    monkeypatch.delenv("AGL_SOME_MODEL", raising=False)
+    assert model_or_env(None, "AGL_SOME_MODEL") is None
+    monkeypatch.setenv("AGL_SOME_MODEL", "models/x")
+    assert model_or_env(None, "AGL_SOME_MODEL") == "models/x"
+    assert model_or_env(Path("models/y"), "AGL_SOME_MODEL") == "models/y"

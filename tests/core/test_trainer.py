@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import socket
@@ -78,7 +79,7 @@ def test_a_step_timeout_cancels_what_has_not_finished_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
     algorithm = agl.Baseline(n_epochs=1, batch_size=3)
-    algorithm.step_timeout = 1.0
+    algorithm.loop = dataclasses.replace(algorithm.loop, step_timeout=1.0)
     out, buffer = console()
     trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=out)
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch
 from agl.errors import InvalidInputError
 from agl.resources import PromptTemplate, Resource
 from agl_apo.estimate import CostEstimate, estimate_cost
@@ -222,10 +222,12 @@ class APO(StepAlgorithm):
         self.pareto = pareto
         self.front_size = beam_width if front_size is None else front_size
         self.merges_per_round = merges_per_round
-        self.n_epochs = max_rounds if n_epochs is None else n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.max_steps = max_rounds if max_steps is None else max_steps
+        self.loop = LoopSettings(
+            n_epochs=max_rounds if n_epochs is None else n_epochs,
+            batch_size=batch_size,
+            n_samples=n_samples,
+            max_steps=max_rounds if max_steps is None else max_steps,
+        )
         self.resume = resume
         self.state_resource = state_resource
         self._console_option = console

@@ -154,7 +154,7 @@ def estimate_cost(
     return CostEstimate(
         loop_steps=len(steps),
         rounds=done,
-        train_rollouts=sum(steps) * apo.n_samples,
+        train_rollouts=sum(steps) * apo.loop.n_samples,
         loop_val_rollouts=2 * n_val,
         scoring_rollouts=scoring,
         candidates=candidates,
@@ -168,12 +168,12 @@ def estimate_cost(
 
 def _loop_steps(apo: APO, n_train: int) -> list[int]:
     """The number of tasks of each step the loop runs."""
-    batch = apo.batch_size or max(n_train, 1)
+    batch = apo.loop.batch_size or max(n_train, 1)
     sizes = [min(batch, n_train - start) for start in range(0, n_train, batch)]
     steps: list[int] = []
-    for _ in range(apo.n_epochs):
+    for _ in range(apo.loop.n_epochs):
         for size in sizes:
-            if apo.max_steps is not None and len(steps) >= apo.max_steps:
+            if apo.loop.max_steps is not None and len(steps) >= apo.loop.max_steps:
                 return steps
             steps.append(size)
     return steps

@@ -47,7 +47,14 @@ from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCod
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
-    from agl.algorithm import Algorithm, AlgorithmContext, Baseline, StepAlgorithm, StepBatch
+    from agl.algorithm import (
+        Algorithm,
+        AlgorithmContext,
+        Baseline,
+        LoopSettings,
+        StepAlgorithm,
+        StepBatch,
+    )
     from agl.hookspecs import hookimpl
     from agl.lightning import LightningRL, Transition, TransitionBatch
     from agl.per_agent import PerAgent
@@ -76,6 +83,7 @@ _LAZY = {
     "Baseline": "agl.algorithm",
     "FitResult": "agl.trainer",
     "LightningRL": "agl.lightning",
+    "LoopSettings": "agl.algorithm",
     "PerAgent": "agl.per_agent",
     "StepAlgorithm": "agl.algorithm",
     "StepBatch": "agl.algorithm",
@@ -115,6 +123,7 @@ __all__ = [
     "InvalidInputError",
     "LightningRL",
     "LitAgent",
+    "LoopSettings",
     "NoRolloutError",
     "NotFoundError",
     "PerAgent",

@@ -23,8 +23,10 @@ batches, validation, publishing and metrics. Step algorithms can share one run, 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agl.context import (
     AlgorithmContext,
@@ -47,14 +49,19 @@ __all__ = [
     "Baseline",
     "Gateways",
     "LoopHooks",
+    "LoopSettings",
     "MetricsSink",
     "Progress",
     "ProgressBar",
     "RunState",
     "StepAlgorithm",
     "StepBatch",
+    "model_or_env",
     "reward_metrics",
 ]
+
+
+_LOOP_FIELDS = frozenset(f.name for f in dataclasses.fields(LoopSettings))
 
 
 class Algorithm(abc.ABC):
@@ -84,13 +91,9 @@ class StepAlgorithm(Algorithm):
     Attributes:
         lightning: How this algorithm's transitions are built (None: it reads
             ``batch.calls`` and ``batch.results`` only, like a prompt optimiser).
-        n_epochs / batch_size / n_samples: The loop: passes over the training tasks, tasks per
-            step (all if None), rollouts per task (the group of a group baseline).
-        max_steps: Stop after this many steps (counted from the start of training, resumed
-            steps included), even mid-epoch; None runs every epoch.
-        step_timeout: Seconds a step (or validation) waits for its rollouts; those not
-            finished by then are cancelled and count as failed for training (None: wait for
-            every rollout; each attempt is still bounded by the rollout config's limits).
+        loop: How the loop cuts the run into steps (:class:`~agl.LoopSettings`: epochs, tasks
+            per step, rollouts per task, a step limit and a step timeout); one frozen object,
+            which an algorithm's constructor takes as ``loop=agl.LoopSettings(...)``.
         follows_loop: True for an algorithm that works with any loop (a prompt optimizer
             reading whatever batch it gets): sharing a run (:class:`agl.PerAgent`), it takes
             the loop settings of the algorithms that do not follow, and its own are ignored.
@@ -101,18 +104,32 @@ class StepAlgorithm(Algorithm):
     learns: ClassVar[bool] = True
     """False for an algorithm that trains nothing (:class:`Baseline`): a step without LLM calls
     is then no cause for a warning."""
-    n_epochs: int = 1
-    batch_size: int | None = None
-    n_samples: int = 1
-    max_steps: int | None = None
-    step_timeout: float | None = None
+    loop: LoopSettings = LoopSettings()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        loose = sorted(_LOOP_FIELDS & set(vars(cls)))
+        if loose:
+            raise TypeError(
+                f"{cls.__name__} sets {', '.join(loose)} as class attributes; the loop's "
+                f"settings are one object: loop = agl.LoopSettings({loose[0]}=...)"
+            )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LOOP_FIELDS:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is not an attribute: the loop's settings are "
+                f"one frozen object, self.loop = agl.LoopSettings({name}=...) (or "
+                f"dataclasses.replace(self.loop, {name}=...))"
+            )
+        super().__setattr__(name, value)
 
     def total_steps(self, n_tasks: int) -> tuple[int, int]:
         """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks, as agl's
         loop cuts them: ``batch_size`` tasks a step (all in one step if None), ``n_epochs``
         passes, at most ``max_steps`` (for a learning-rate schedule, or to know the last
         step)."""
-        return LoopSettings.of(self).total_steps(n_tasks)
+        return self.loop.total_steps(n_tasks)
 
     def resume_step(self) -> int:
         """The last step an earlier run of this algorithm completed and saved (0: none).
@@ -140,7 +157,7 @@ class StepAlgorithm(Algorithm):
 
     async def run(self, ctx: AlgorithmContext) -> None:
         member = Member(self, lambda agent: True, self.name)
-        await StepLoop([member], LoopSettings.of(self), label=self.name).run(ctx)
+        await StepLoop([member], self.loop, label=self.name).run(ctx)
 
 
 class Baseline(StepAlgorithm):
@@ -162,9 +179,18 @@ class Baseline(StepAlgorithm):
     def __init__(
         self, *, n_epochs: int = 1, batch_size: int | None = None, n_samples: int = 1
     ) -> None:
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
+        self.loop = LoopSettings(n_epochs=n_epochs, batch_size=batch_size, n_samples=n_samples)
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         return {}
+
+
+def model_or_env(model: str | os.PathLike[str] | None, env: str) -> str | None:
+    """``model`` as a string, else what the environment variable ``env`` names (None if neither).
+
+    For algorithms that train a model and are built by name (``Trainer(algorithm="...")``,
+    with default settings): the model then comes from the environment.
+    """
+    if model is not None:
+        return os.fspath(model)
+    return os.environ.get(env) or None

@@ -116,7 +116,7 @@ class PerAgent(Algorithm):
             if names[algorithm.name] > 1:
                 label += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "+".join(keys[ident]))
             self.members.append(Member(algorithm, partial(self._owns, algorithm), label))
-        timeouts = [m.algorithm.step_timeout for m in self.members]
+        timeouts = [m.algorithm.loop.step_timeout for m in self.members]
         self.settings = LoopSettings(
             n_epochs=self._agree("n_epochs", n_epochs),
             batch_size=self._agree("batch_size", batch_size),
@@ -137,7 +137,7 @@ class PerAgent(Algorithm):
         if given is not None:
             return given
         leading = [m for m in self.members if not m.algorithm.follows_loop] or self.members
-        found = {m.label: getattr(LoopSettings.of(m.algorithm), setting) for m in leading}
+        found = {m.label: getattr(m.algorithm.loop, setting) for m in leading}
         if len({repr(value) for value in found.values()}) > 1:
             raise InvalidInputError(
                 f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "

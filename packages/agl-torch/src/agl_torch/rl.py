@@ -26,11 +26,11 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL
 from agl.resources import Resource
-from agl_torch.served_policy import CheckpointSettings, ServedPolicy, model_or_env
+from agl_torch.served_policy import MODEL_ENV, CheckpointSettings, ServedPolicy
 
 __all__ = ["LightningRLTorch"]
 
@@ -89,14 +89,11 @@ class LightningRLTorch(StepAlgorithm):
         keep_checkpoints: int = 2,
         resume: bool | str | os.PathLike[str] = False,
     ) -> None:
-        if n_samples < 1:
-            raise InvalidInputError(f"n_samples must be at least 1, got {n_samples}")
-        self.model = model_or_env(model)
+        self.model = model_or_env(model, MODEL_ENV)
         self.resource = resource
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.max_steps = max_steps
+        self.loop = LoopSettings(
+            n_epochs=n_epochs, batch_size=batch_size, n_samples=n_samples, max_steps=max_steps
+        )
         self.lightning = lightning or LightningRL(advantage="grpo")
         sampling: dict[str, JsonValue] = {"temperature": temperature}
         if max_tokens is not None:

@@ -29,15 +29,10 @@ from agl.algorithm import AlgorithmContext
 from agl.errors import InvalidInputError
 from agl.resources import LLM
 
-__all__ = ["MODEL_ENV", "CheckpointSettings", "ServedPolicy", "find_checkpoint", "model_or_env"]
+__all__ = ["MODEL_ENV", "CheckpointSettings", "ServedPolicy", "find_checkpoint"]
 
 MODEL_ENV = "AGL_TORCH_MODEL"
 """The model folder agl-torch's algorithms train when built without one (by name, say)."""
-
-
-def model_or_env(model: str | os.PathLike[str] | None) -> str | os.PathLike[str] | None:
-    """``model``, else the folder ``$AGL_TORCH_MODEL`` names (None if neither is set)."""
-    return model if model is not None else (os.environ.get(MODEL_ENV) or None)
 
 
 logger = logging.getLogger(__name__)

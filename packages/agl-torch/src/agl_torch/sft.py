@@ -26,12 +26,12 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, best_transitions
 from agl.resources import Resource
-from agl_torch.served_policy import CheckpointSettings, ServedPolicy, model_or_env
+from agl_torch.served_policy import MODEL_ENV, CheckpointSettings, ServedPolicy
 
 if TYPE_CHECKING:
     from agl_torch.data import SFTExample
@@ -152,7 +152,7 @@ class SFTTorch(StepAlgorithm):
         keep_checkpoints: int = 2,
         resume: bool | str | os.PathLike[str] = False,
     ) -> None:
-        self.model = model_or_env(model)
+        self.model = model_or_env(model, MODEL_ENV)
         self.messages = messages
         self.tools = tools
         self.message_epochs = message_epochs
@@ -161,10 +161,9 @@ class SFTTorch(StepAlgorithm):
         self.top_k = top_k
         self.min_reward = min_reward
         self.resource = resource
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.max_steps = max_steps
+        self.loop = LoopSettings(
+            n_epochs=n_epochs, batch_size=batch_size, n_samples=n_samples, max_steps=max_steps
+        )
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
         self.lightning = LightningRL(drop_zero_variance=False)
         self.seed = seed

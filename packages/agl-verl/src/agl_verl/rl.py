@@ -38,7 +38,7 @@ import httpx
 from omegaconf import DictConfig, OmegaConf
 from pydantic import JsonValue
 
-from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL
 from agl.resources import LLM, Resource
@@ -46,16 +46,9 @@ from agl_verl.config import build_config, load_overrides, validate_config
 from agl_verl.dataproto import to_dataproto
 from agl_verl.engine import VerlEngine
 
-__all__ = ["LightningRLVerl", "model_or_env"]
+__all__ = ["MODEL_ENV", "LightningRLVerl"]
 
 MODEL_ENV = "AGL_VERL_MODEL"
-
-
-def model_or_env(model: str | os.PathLike[str] | None) -> str | None:
-    """``model``, or the model ``$AGL_VERL_MODEL`` names (so the algorithm builds by name)."""
-    if model is not None:
-        return str(model)
-    return os.environ.get(MODEL_ENV) or None
 
 
 class LightningRLVerl(StepAlgorithm):
@@ -99,14 +92,16 @@ class LightningRLVerl(StepAlgorithm):
     ) -> None:
         if n_samples < 1:
             raise InvalidInputError(f"n_samples must be at least 1, got {n_samples}")
-        self.model = model_or_env(model)
+        self.model = model_or_env(model, MODEL_ENV)
         self.overrides = load_overrides(config)
         self.resource = resource
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.max_steps = max_steps
-        self.step_timeout = step_timeout
+        self.loop = LoopSettings(
+            n_epochs=n_epochs,
+            batch_size=batch_size,
+            n_samples=n_samples,
+            max_steps=max_steps,
+            step_timeout=step_timeout,
+        )
         self._lightning = lightning
         self.sampling: dict[str, JsonValue] = {"temperature": temperature}
         if max_tokens is not None:
@@ -122,7 +117,7 @@ class LightningRLVerl(StepAlgorithm):
     def build_config(self, ctx: AlgorithmContext | None = None) -> DictConfig:
         """verl's config for this run, validated (no GPU work): see :mod:`agl_verl.config`."""
         tasks = len(ctx.train_tasks) if ctx is not None else None
-        batch_size = self.batch_size or tasks
+        batch_size = self.loop.batch_size or tasks
         overrides: Any = self.overrides
         if ctx is not None and OmegaConf.select(overrides, "trainer.default_local_dir") is None:
             overrides = OmegaConf.merge(
@@ -132,13 +127,13 @@ class LightningRLVerl(StepAlgorithm):
             overrides,
             model_path=self.model,
             batch_size=batch_size,
-            n_samples=self.n_samples,
+            n_samples=self.loop.n_samples,
         )
         validate_config(config)
-        if int(config.actor_rollout_ref.rollout.n) != self.n_samples:
+        if int(config.actor_rollout_ref.rollout.n) != self.loop.n_samples:
             raise InvalidInputError(
                 f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n} in the verl "
-                f"config differs from n_samples={self.n_samples}: set n_samples instead",
+                f"config differs from n_samples={self.loop.n_samples}: set n_samples instead",
                 field="config",
             )
         return config

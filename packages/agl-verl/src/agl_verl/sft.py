@@ -44,12 +44,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from agl.algorithm import AlgorithmContext, StepAlgorithm, StepBatch
+from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, Transition, best_transitions
 from agl.resources import LLM, Resource
-from agl_verl.rl import model_or_env, served_model
+from agl_verl.rl import MODEL_ENV, served_model
 from agl_verl.sft_data import (
     token_rows_from_transitions,
     write_conversation_rows,
@@ -124,7 +124,7 @@ def train_sft(
         VerlConfigError: the config cannot run (checked before verl starts).
         VerlSFTError: verl's trainer failed (the message ends with its log).
     """
-    path = model_or_env(model)
+    path = model_or_env(model, MODEL_ENV)
     if path is None:
         raise InvalidInputError(
             "train_sft needs a model: train_sft('path/or/hub-id', ...), or $AGL_VERL_MODEL",
@@ -297,7 +297,7 @@ class SFTVerl(StepAlgorithm):
             raise InvalidInputError(f"train_every must be at least 1, got {train_every}")
         if top_k < 1:
             raise InvalidInputError(f"top_k must be at least 1, got {top_k}")
-        self.model = model_or_env(model)
+        self.model = model_or_env(model, MODEL_ENV)
         self.upstreams = [llm] if isinstance(llm, str) else list(llm or [])
         self.model_name = model_name
         self.messages = messages
@@ -305,11 +305,13 @@ class SFTVerl(StepAlgorithm):
         self.top_k = top_k
         self.min_reward = min_reward
         self.train_every = train_every
-        self.n_epochs = n_epochs
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.max_steps = max_steps
-        self.step_timeout = step_timeout
+        self.loop = LoopSettings(
+            n_epochs=n_epochs,
+            batch_size=batch_size,
+            n_samples=n_samples,
+            max_steps=max_steps,
+            step_timeout=step_timeout,
+        )
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
         self.lightning = LightningRL(drop_zero_variance=False)
         self.resource = resource
