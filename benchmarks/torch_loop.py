@@ -109,9 +109,10 @@ def bench_training(
     from agl.lightning import Transition
     from agl_torch.learner import Learner
     from agl_torch.policy import load_policy, token_logprobs
+    from agl_torch.settings import LearnerSettings
 
     model, tokenizer = load_policy(path, device="cpu")
-    learner = Learner(model, tokenizer, lr=1e-4, device="cpu")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-4), device="cpu")
     generator = torch.Generator().manual_seed(0)
     transitions = []
     for index in range(batch):

@@ -51,8 +51,8 @@ async def adder(task: dict[str, int], llm: agl.LLM) -> float:
 class ServedBaseline(Baseline):
     """Baseline, with the model served through the run's gateway (as RL algorithms do)."""
 
-    def __init__(self, upstream: str, **options: int) -> None:
-        super().__init__(**options)
+    def __init__(self, upstream: str, loop: agl.LoopSettings) -> None:
+        super().__init__(loop=loop)
         self.upstream = upstream
 
     async def run(self, ctx: AlgorithmContext) -> None:
@@ -66,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     with OpenAIServer(arithmetic_model) as model:
         trainer = agl.Trainer(
-            ServedBaseline(model.url, n_epochs=2, batch_size=10),
+            ServedBaseline(model.url, agl.LoopSettings(n_epochs=2, batch_size=10)),
             run_dir=args.run_dir,
             n_runners=2,
             concurrency=8,

@@ -87,6 +87,7 @@ def train(
     look at each step's batch, say).
     """
     from agl_torch.rl import LightningRLTorch
+    from agl_torch.settings import CheckpointSettings, LearnerSettings
     from agl_torch.tiny import build_tiny_model
 
     # A tokenizer trained on the task's own text keeps the prompts short.
@@ -96,15 +97,17 @@ def train(
     )
     solver = (algorithm or LightningRLTorch)(
         model,
-        n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
-        n_samples=n_samples,
-        batch_size=tasks_per_step,
-        max_steps=steps,
-        lr=lr,
-        max_tokens=max_tokens,
+        loop=agl.LoopSettings(
+            n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
+            n_samples=n_samples,
+            batch_size=tasks_per_step,
+            max_steps=steps,
+        ),
+        learner=LearnerSettings(lr=lr),
+        sampling=agl.SamplingSettings(max_tokens=max_tokens),
         # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
         lightning=agl.LightningRL(drop_zero_variance=False),
-        checkpoint_every=0,
+        checkpoints=CheckpointSettings(every=0),
     )
     trainer = agl.Trainer(
         algorithm={"solver": solver, "*": None},

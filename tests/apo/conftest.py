@@ -172,22 +172,31 @@ class Run:
         ]
 
 
-def make_apo(server: OpenAIServer, **options: Any) -> APO:
-    """An APO on the scripted optimizer: fast settings, no console, no plot unless asked."""
-    settings: dict[str, Any] = {
-        "base_url": server.url,
-        "model": "optimizer",
-        "max_retries": 0,
+def make_apo(
+    server: OpenAIServer,
+    *,
+    optimizer: dict[str, Any] | None = None,
+    search: dict[str, Any] | None = None,
+    budgets: dict[str, Any] | None = None,
+    **options: Any,
+) -> APO:
+    """An APO on the scripted optimizer: fast settings, no console, no plot unless asked.
+
+    ``optimizer``, ``search`` and ``budgets`` are fields changed over the fast ones (APO takes
+    a mapping of a settings object's fields as that object).
+    """
+    fast: dict[str, Any] = {
+        "optimizer": {"base_url": server.url, "model": "optimizer", "max_retries": 0}
+        | (optimizer or {}),
+        "search": {"val_size": 4, "beam_width": 2, "branch_factor": 2} | (search or {}),
+        "budgets": {"patience": None} | (budgets or {}),
         "console": False,
         "plot": False,
-        "batch_size": 4,
-        "val_size": 4,
-        "beam_width": 2,
-        "branch_factor": 2,
-        "patience": None,
     }
-    settings.update(options)
-    return APO(**settings)
+    loop = options.pop("loop", None)
+    fast.update(options)
+    fast["loop"] = {"batch_size": 4} | loop if isinstance(loop, dict) else loop or {"batch_size": 4}
+    return APO(**fast)
 
 
 def fit(

@@ -13,7 +13,7 @@ def _by_step(run: Any, key: str) -> dict[int, float]:
 def test_max_rounds_bounds_the_optimizer_calls(rig: Any) -> None:
     train = rig.tasks("alpha", "alpha", "beta", "alpha")
     val = rig.tasks("alpha", "beta", "alpha", "beta")
-    apo = rig.apo(max_rounds=2, n_epochs=4, max_steps=4)
+    apo = rig.apo(budgets={"max_rounds": 2}, loop={"n_epochs": 4, "max_steps": 4})
     run = rig.fit(apo, rig.tmp_path / "run", train, val)
 
     state = run.states()[-1]
@@ -32,7 +32,7 @@ def test_max_rounds_bounds_the_optimizer_calls(rig: Any) -> None:
 def test_max_rollouts_bounds_the_scoring_rollouts(rig: Any) -> None:
     train = rig.tasks("alpha", "beta", "alpha", "beta")
     val = rig.tasks("alpha", "beta", "alpha", "beta")
-    run = rig.fit(rig.apo(max_rollouts=10), rig.tmp_path / "run", train, val)
+    run = rig.fit(rig.apo(budgets={"max_rollouts": 10}), rig.tmp_path / "run", train, val)
 
     state = run.states()[-1]
     # the seed (4 rollouts) and one rewrite (4) fit in 10; the second rewrite does not
@@ -50,7 +50,10 @@ def test_max_optimizer_tokens_is_never_exceeded(rig: Any) -> None:
     train = rig.tasks("alpha", "beta", "gamma", "delta")
     val = rig.tasks("alpha", "beta", "gamma", "delta")
     budget = 9_000
-    apo = rig.apo(max_optimizer_tokens=budget, max_completion_tokens=100, max_rounds=5)
+    apo = rig.apo(
+        budgets={"max_optimizer_tokens": budget, "max_rounds": 5},
+        optimizer={"max_completion_tokens": 100},
+    )
     run = rig.fit(apo, rig.tmp_path / "run", train, val)
 
     state = run.states()[-1]
@@ -69,7 +72,9 @@ def test_max_optimizer_tokens_is_never_exceeded(rig: Any) -> None:
 def test_the_search_stops_when_the_score_stops_improving(rig: Any) -> None:
     train = rig.tasks("alpha", "alpha", "alpha", "alpha")
     val = rig.tasks("alpha", "alpha")
-    run = rig.fit(rig.apo(patience=1, max_rounds=5), rig.tmp_path / "run", train, val)
+    run = rig.fit(
+        rig.apo(budgets={"patience": 1, "max_rounds": 5}), rig.tmp_path / "run", train, val
+    )
 
     state = run.states()[-1]
     # round 1 finds "alpha" (score 1); round 2 proposes nothing new: one stale round, stop

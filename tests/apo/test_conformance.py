@@ -17,7 +17,7 @@ class TestAPOConformance(AlgorithmConformance):
 
     @pytest.fixture
     def algorithm_factory(self, rig: Any) -> Callable[[], agl.Algorithm]:
-        return lambda: rig.apo(max_rounds=2, val_size=2)
+        return lambda: rig.apo(budgets={"max_rounds": 2}, search={"val_size": 2})
 
     @pytest.fixture
     def agent(self, rig: Any) -> Any:

@@ -31,7 +31,11 @@ def test_optimizer_errors_skip_the_candidate_and_the_search_goes_on(
     rig.script.fault = fault
     train = rig.tasks("alpha", "beta", "gamma", "delta")
     val = rig.tasks("alpha", "beta", "gamma", "delta")
-    apo = rig.apo(branch_factor=4, beam_width=1, pareto=False, max_rounds=2, timeout=0.3)
+    apo = rig.apo(
+        search={"branch_factor": 4, "beam_width": 1, "pareto": False},
+        budgets={"max_rounds": 2},
+        optimizer={"timeout": 0.3},
+    )
     with caplog.at_level(logging.WARNING, logger="agl_apo"):
         run = rig.fit(apo, rig.tmp_path / "run", train, val)
 
@@ -62,7 +66,10 @@ def test_optimizer_errors_skip_the_candidate_and_the_search_goes_on(
 
 
 def test_an_unreachable_optimizer_skips_rounds_until_patience_ends_them(rig: Any) -> None:
-    apo = rig.apo(base_url="http://127.0.0.1:9/v1", patience=2, max_rounds=5, timeout=2.0)
+    apo = rig.apo(
+        optimizer={"base_url": "http://127.0.0.1:9/v1", "timeout": 2.0},
+        budgets={"patience": 2, "max_rounds": 5},
+    )
     run = rig.fit(apo, rig.tmp_path / "run", rig.tasks("alpha", "beta"), rig.tasks("alpha"))
 
     state = run.states()[-1]
@@ -95,7 +102,7 @@ def test_several_prompts_need_naming(rig: Any) -> None:
     with pytest.raises(agl.InvalidInputError, match="names 'sytem', which the run does not have"):
         rig.fit(rig.apo(resources="sytem"), rig.tmp_path / "b", rig.tasks("x"), resources=resources)
     run = rig.fit(
-        rig.apo(resources="prompt", max_rounds=1),
+        rig.apo(resources="prompt", budgets={"max_rounds": 1}),
         rig.tmp_path / "c",
         rig.tasks("alpha"),
         resources=resources,
@@ -113,13 +120,20 @@ def agl_apo_default() -> agl.Algorithm:
 def test_an_async_openai_client_is_the_optimizer(rig: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import openai
 
-    from agl_apo import APO
+    from agl_apo import APO, OptimizerSettings, SearchSettings
 
     for name in ("AGL_APO_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     client = openai.AsyncOpenAI(base_url=rig.server.url, api_key="k", max_retries=0)
     # As Agent Lightning writes it: the client first.
-    apo = APO(client, model="optimizer", console=False, plot=False, batch_size=2, val_size=2)
+    apo = APO(
+        client,
+        console=False,
+        plot=False,
+        optimizer=OptimizerSettings(model="optimizer"),
+        loop=agl.LoopSettings(batch_size=2),
+        search=SearchSettings(val_size=2),
+    )
     assert apo.client is client
     assert apo.resources is None
     run = rig.fit(apo, rig.tmp_path / "run", rig.tasks("alpha", "beta"), rig.tasks("alpha"))

@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agl_apo import APO, estimate_cost
+import agl
+from agl_apo import APO, Budgets, SearchSettings, estimate_cost
 
 
 def test_the_run_leaves_the_best_prompt_the_tables_and_the_plot(rig: Any) -> None:
     console = Console(file=io.StringIO(), width=160)
     train = rig.tasks("alpha", "alpha", "beta", "alpha")
     val = rig.tasks("alpha", "beta", "alpha", "beta")
-    apo = rig.apo(max_rounds=2, plot=True, console=console)
+    apo = rig.apo(plot=True, console=console, budgets={"max_rounds": 2})
     run = rig.fit(apo, rig.tmp_path / "run", train, val)
 
     state = run.states()[-1]
@@ -53,7 +54,7 @@ def test_the_run_leaves_the_best_prompt_the_tables_and_the_plot(rig: Any) -> Non
 
 
 def test_without_plot_there_is_no_png(rig: Any) -> None:
-    run = rig.fit(rig.apo(max_rounds=1), rig.tmp_path / "run", rig.tasks("alpha"))
+    run = rig.fit(rig.apo(budgets={"max_rounds": 1}), rig.tmp_path / "run", rig.tasks("alpha"))
     assert (run.run_dir / "apo" / "best_prompt.txt").exists()
     assert not (run.run_dir / "apo" / "scores.png").exists()
 
@@ -62,7 +63,7 @@ def test_the_dry_run_estimate_bounds_what_a_run_spends(
     rig: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     console = Console(file=io.StringIO(), width=160)
-    apo = rig.apo(max_rounds=2)
+    apo = rig.apo(budgets={"max_rounds": 2})
     estimate = apo.estimate(train_tasks=4, val_tasks=4, prompt_chars=len(rig.SEED), console=console)
     # 2 steps of 4 tasks; round 1 expands the seed (1 critique, 2 rewrites); round 2 up to 3
     # candidates (3 critiques, 6 rewrites) and one merge; each candidate scored on 4 tasks
@@ -89,21 +90,31 @@ def test_the_dry_run_estimate_bounds_what_a_run_spends(
 
 
 def test_the_estimate_follows_the_budgets() -> None:
-    apo = APO(max_rounds=10, max_rollouts=20, val_size=4, batch_size=2, console=False)
+    apo = APO(
+        console=False,
+        budgets=Budgets(max_rounds=10, max_rollouts=20),
+        search=SearchSettings(val_size=4),
+        loop=agl.LoopSettings(batch_size=2),
+    )
     estimate = estimate_cost(apo, train_tasks=list(range(20)), val_tasks=list(range(8)))
     assert estimate.scoring_rollouts <= 20
     assert "the rollout budget ends the search early" in estimate.notes
-    tight = APO(max_optimizer_tokens=100, console=False)
+    tight = APO(console=False, budgets=Budgets(max_optimizer_tokens=100))
     assert estimate_cost(tight, 8, 4).optimizer_calls == 0
     assert "the optimizer token budget ends the search early" in estimate_cost(tight, 8, 4).notes
-    assert estimate_cost(APO(max_rollouts=3, val_size=4), 8, 4).scoring_rollouts == 0
+    assert (
+        estimate_cost(
+            APO(budgets=Budgets(max_rollouts=3), search=SearchSettings(val_size=4)), 8, 4
+        ).scoring_rollouts
+        == 0
+    )
 
 
 def test_by_default_apo_prints_where_the_trainer_prints(rig: Any, tmp_path: Path) -> None:
     console = Console(file=io.StringIO(), width=160)
-    rig.fit(rig.apo(max_rounds=1, console=None), tmp_path / "loud", rig.tasks("strict"),
-            console=console)  # fmt: skip
+    loud = rig.apo(console=None, budgets={"max_rounds": 1})
+    rig.fit(loud, tmp_path / "loud", rig.tasks("strict"), console=console)
     assert "best prompt" in console.file.getvalue()  # type: ignore[attr-defined]
-    quiet = rig.apo(max_rounds=1, console=None)
+    quiet = rig.apo(console=None, budgets={"max_rounds": 1})
     rig.fit(quiet, tmp_path / "quiet", rig.tasks("strict"))  # the trainer is quiet: so is APO
     assert quiet.console is None

@@ -9,7 +9,12 @@ from typing import Any
 def test_a_front_member_is_kept_and_merged(rig: Any) -> None:
     train = rig.tasks("alpha", "alpha", "alpha", "beta")
     val = rig.tasks("alpha", "alpha", "alpha", "beta")
-    run = rig.fit(rig.apo(beam_width=1, max_rounds=2), rig.tmp_path / "run", train, val)
+    run = rig.fit(
+        rig.apo(search={"beam_width": 1}, budgets={"max_rounds": 2}),
+        rig.tmp_path / "run",
+        train,
+        val,
+    )
 
     round_one = next(s for s in run.states() if s.rounds == 1)
     alpha, beta = round_one.candidate("c1"), round_one.candidate("c2")
@@ -39,7 +44,7 @@ def test_a_front_member_is_kept_and_merged(rig: Any) -> None:
 def test_without_the_front_only_the_best_survive(rig: Any) -> None:
     train = rig.tasks("alpha", "alpha", "alpha", "beta")
     val = rig.tasks("alpha", "alpha", "alpha", "beta")
-    apo = rig.apo(beam_width=1, max_rounds=2, pareto=False)
+    apo = rig.apo(search={"beam_width": 1, "pareto": False}, budgets={"max_rounds": 2})
     run = rig.fit(apo, rig.tmp_path / "run", train, val)
 
     round_one = next(s for s in run.states() if s.rounds == 1)

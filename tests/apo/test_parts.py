@@ -10,7 +10,7 @@ import pytest
 
 import agl
 import agl_apo
-from agl_apo import APO, APOState, MetaPrompts
+from agl_apo import APO, APOState, MetaPrompts, SearchSettings
 from agl_apo.candidates import (
     CandidateError,
     check_template,
@@ -156,9 +156,12 @@ def test_the_token_budget_waits_for_calls_in_flight_and_refuses_what_cannot_fit(
 def test_apo_builds_without_arguments_and_checks_its_options() -> None:
     apo = APO()
     assert (apo.name, apo.follows_loop, apo.lightning) == ("apo", True, None)
-    assert (apo.loop.max_steps, apo.loop.n_epochs) == (apo.max_rounds, apo.max_rounds)
+    assert (apo.loop.max_steps, apo.loop.n_epochs) == (
+        apo.budgets.max_rounds,
+        apo.budgets.max_rounds,
+    )
     with pytest.raises(agl.InvalidInputError, match="beam_width must be") as caught:
-        APO(beam_width=0)
+        APO(search=SearchSettings(beam_width=0))
     assert caught.value.field == "beam_width"
     with pytest.raises(agl.InvalidInputError, match="resources must name"):
         APO(resources=[])

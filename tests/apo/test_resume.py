@@ -46,7 +46,9 @@ def test_a_restarted_run_continues_the_search(
     train = rig.tasks("alpha", ("alpha", "beta"), "gamma", ("beta", "delta"))
     val = rig.tasks("alpha", "beta", "gamma", "delta")
 
-    first = rig.fit(rig.apo(max_rounds=4, max_steps=2), run_dir, train, val, store=url)
+    first = rig.fit(
+        rig.apo(budgets={"max_rounds": 4}, loop={"max_steps": 2}), run_dir, train, val, store=url
+    )
     generation, step, state = saved(url, rig.SEED)
     assert (generation, step) == (1, 2)
     assert state is not None
@@ -55,7 +57,7 @@ def test_a_restarted_run_continues_the_search(
     calls_before = rig.server.request_count
     assert first.result.last("apo/round") == 2
 
-    second = rig.fit(rig.apo(max_rounds=4), run_dir, train, val, store=url)
+    second = rig.fit(rig.apo(budgets={"max_rounds": 4}), run_dir, train, val, store=url)
     generation, step, state = saved(url, rig.SEED)
     assert (generation, step) == (1, 4)
     assert state is not None
@@ -77,7 +79,9 @@ def test_a_restarted_run_continues_the_search(
     assert (run_dir / "apo" / "best_prompt.txt").read_text() == best.templates["prompt"] + "\n"
 
     # a third run on the same store asked not to resume starts a new search
-    rig.fit(rig.apo(max_rounds=1, resume=False), tmp_path / "fresh", train, val, store=url)
+    rig.fit(
+        rig.apo(resume=False, budgets={"max_rounds": 1}), tmp_path / "fresh", train, val, store=url
+    )
     generation, step, state = saved(url, rig.SEED)
     assert (generation, step) == (2, 1)
     assert state is not None
@@ -88,7 +92,7 @@ def test_a_restarted_run_continues_the_search(
     # other validation tasks: the saved scores do not compare, so a new search starts
     other = rig.tasks("zeta", "alpha", "beta", "gamma")
     with caplog.at_level(logging.WARNING, logger="agl_apo"):
-        rig.fit(rig.apo(max_rounds=1), tmp_path / "other", train, other, store=url)
+        rig.fit(rig.apo(budgets={"max_rounds": 1}), tmp_path / "other", train, other, store=url)
     assert "not resuming the saved search (step 1)" in caplog.text
     generation, step, state = saved(url, rig.SEED)
     assert (generation, step) == (3, 1)

@@ -10,7 +10,7 @@ import agl
 def test_finds_and_keeps_the_better_prompt(rig: Any) -> None:
     train = rig.tasks("alpha", "alpha", "beta", "alpha")
     val = rig.tasks("alpha", "beta", "alpha", "beta")
-    run = rig.fit(rig.apo(max_rounds=2), rig.tmp_path / "run", train, val)
+    run = rig.fit(rig.apo(budgets={"max_rounds": 2}), rig.tmp_path / "run", train, val)
 
     state = run.states()[-1]
     best = state.best_candidate()
@@ -43,7 +43,9 @@ def test_several_prompts_are_rewritten_in_turn(rig: Any) -> None:
     }
     train = rig.tasks("alpha", "alpha", "beta", "alpha")
     val = rig.tasks("alpha", "beta", "alpha", "beta")
-    apo = rig.apo(resources=["system", "prompt"], max_rounds=2, pareto=False)
+    apo = rig.apo(
+        resources=["system", "prompt"], budgets={"max_rounds": 2}, search={"pareto": False}
+    )
     run = rig.fit(
         apo, rig.tmp_path / "run", train, val, agent=two_prompt_agent, resources=resources
     )

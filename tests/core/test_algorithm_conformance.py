@@ -18,7 +18,7 @@ class TestBaseline(AlgorithmConformance):
 
     @pytest.fixture
     def algorithm_factory(self) -> Callable[[], agl.Algorithm]:
-        return lambda: agl.Baseline(n_epochs=2, batch_size=4)
+        return lambda: agl.Baseline(loop=agl.LoopSettings(n_epochs=2, batch_size=4))
 
 
 class ServeAndSample(agl.Algorithm):

@@ -315,7 +315,7 @@ def test_step_hooks_fire_around_every_step(tmp_path: Path) -> None:
 
     watcher = _StepWatcher()
     trainer = agl.Trainer(
-        agl.Baseline(batch_size=2),
+        agl.Baseline(loop=agl.LoopSettings(batch_size=2)),
         run_dir=tmp_path / "run",
         console=False,
         plot=False,

@@ -22,6 +22,7 @@ EXPECTED = {
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
     "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "LightningRL",
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
+    "SamplingSettings",
 }  # fmt: skip
 
 

@@ -46,7 +46,7 @@ def test_total_steps_is_what_the_loop_runs(
 
 def test_loop_settings_are_one_checked_frozen_object() -> None:
     assert agl.StepAlgorithm.loop == agl.LoopSettings()
-    baseline = agl.Baseline(n_samples=3)
+    baseline = agl.Baseline(loop=agl.LoopSettings(n_samples=3))
     assert baseline.loop.n_samples == 3
     with pytest.raises(AttributeError, match=r"self.loop = agl.LoopSettings\(n_samples=...\)"):
         baseline.n_samples = 4  # type: ignore[attr-defined]

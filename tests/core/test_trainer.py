@@ -40,7 +40,9 @@ async def scored(task: dict[str, Any]) -> float:
 def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
     out, buffer = console()
     trainer = agl.Trainer(
-        agl.Baseline(n_epochs=2, batch_size=3), run_dir=tmp_path / "run", console=out
+        agl.Baseline(loop=agl.LoopSettings(n_epochs=2, batch_size=3)),
+        run_dir=tmp_path / "run",
+        console=out,
     )
     train = [{"x": x} for x in (1, 2, 3, 4, -1, 5)]
     result = trainer.fit(scored, train, val_dataset=[{"x": 9}])
@@ -78,7 +80,7 @@ async def sometimes_hangs(task: dict[str, Any]) -> float:
 def test_a_step_timeout_cancels_what_has_not_finished_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
-    algorithm = agl.Baseline(n_epochs=1, batch_size=3)
+    algorithm = agl.Baseline(loop=agl.LoopSettings(batch_size=3))
     algorithm.loop = dataclasses.replace(algorithm.loop, step_timeout=1.0)
     out, buffer = console()
     trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=out)

@@ -10,6 +10,7 @@ import pytest
 import agl
 from agl.testing.algorithm import AlgorithmConformance, llm_agent
 from agl_torch.rl import LightningRLTorch
+from agl_torch.settings import CheckpointSettings
 from agl_torch.sft import SFTTorch
 
 
@@ -19,7 +20,10 @@ class TestLightningRLTorch(AlgorithmConformance):
     @pytest.fixture
     def algorithm_factory(self, tiny_model_dir: Path) -> Callable[[], agl.Algorithm]:
         return lambda: LightningRLTorch(
-            tiny_model_dir, n_samples=2, batch_size=5, max_tokens=8, checkpoint_every=0
+            tiny_model_dir,
+            loop=agl.LoopSettings(n_samples=2, batch_size=5),
+            sampling=agl.SamplingSettings(max_tokens=8),
+            checkpoints=CheckpointSettings(every=0),
         )
 
     @pytest.fixture
@@ -34,11 +38,10 @@ class TestSFTTorch(AlgorithmConformance):
     def algorithm_factory(self, tiny_model_dir: Path) -> Callable[[], agl.Algorithm]:
         return lambda: SFTTorch(
             tiny_model_dir,
-            n_samples=2,
-            batch_size=5,
             min_reward=0.0,
-            max_tokens=8,
-            checkpoint_every=0,
+            loop=agl.LoopSettings(n_samples=2, batch_size=5),
+            sampling=agl.SamplingSettings(max_tokens=8),
+            checkpoints={"every": 0},  # a mapping of the fields does as well
         )
 
     @pytest.fixture

@@ -15,6 +15,7 @@ from agl_torch.learner import Learner
 from agl_torch.policy import load_policy, token_logprobs
 from agl_torch.quickstart import calculator_agent, tasks
 from agl_torch.rl import LightningRLTorch
+from agl_torch.settings import LearnerSettings, ServingSettings
 
 pytestmark = pytest.mark.gpu
 
@@ -35,7 +36,7 @@ def test_engine_generates_on_cuda_with_logprobs_the_model_agrees_with(
 
 def test_learner_steps_on_cuda(tiny_model_dir: Path) -> None:
     model, tokenizer = load_policy(tiny_model_dir, device="cuda")
-    learner = Learner(model, tokenizer, lr=1e-3, device="cuda")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-3), device="cuda")
     prompt = tokenizer("What is 3+4?", add_special_tokens=False)["input_ids"]
     response = tokenizer("7<|im_end|>", add_special_tokens=False)["input_ids"]
     transitions = [
@@ -52,12 +53,10 @@ def test_learner_steps_on_cuda(tiny_model_dir: Path) -> None:
 def test_a_short_rl_run_on_cuda(tiny_model_dir: Path, tmp_path: Path) -> None:
     algorithm = LightningRLTorch(
         tiny_model_dir,
-        n_samples=4,
-        batch_size=4,
-        max_steps=3,
-        lr=1e-4,
-        max_tokens=16,
-        device="cuda",
+        loop=agl.LoopSettings(n_samples=4, batch_size=4, max_steps=3),
+        learner=LearnerSettings(lr=1e-4),
+        sampling=agl.SamplingSettings(max_tokens=16),
+        serving=ServingSettings(device="cuda"),
         lightning=agl.LightningRL(drop_zero_variance=False),
     )
     agl.Trainer(algorithm=algorithm, run_dir=tmp_path, progress=False, console=False).fit(

@@ -19,8 +19,9 @@ import torch
 
 from agl.lightning import Transition
 from agl_torch.data import SFTExample, sft_examples_from_messages
-from agl_torch.learner import Learner, LoraSettings
+from agl_torch.learner import Learner
 from agl_torch.policy import load_policy, token_logprobs
+from agl_torch.settings import LearnerSettings, LoraSettings
 from agl_torch.tiny import END_OF_TURN
 
 TIMING = ("time/update_s", "tokens/s")
@@ -150,7 +151,7 @@ def test_token_logprobs_match_log_softmax_with_padding_on_either_side(model: Any
 
 def test_rl_step_follows_the_sign_of_the_advantage(model: Any, tokenizer: Any) -> None:
     batch = transitions(model, tokenizer, SPECS[:2])
-    learner = Learner(model, tokenizer, lr=1e-3, device="cpu")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-3), device="cpu")
     before = [sum(t.response_logprobs or []) for t in batch]
 
     steps = [learner.rl_step(batch) for _ in range(3)]
@@ -176,15 +177,10 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(
     batch = transitions(model, tokenizer, SPECS)
     results = []
     for budget in (100_000, 40):  # one micro-batch; one or two samples per micro-batch
-        learner = Learner(
-            copy.deepcopy(model),
-            tokenizer,
-            lr=1e-5,
-            max_grad_norm=None,
-            micro_batch_tokens=budget,
-            aggregation=aggregation,
-            device="cpu",
+        settings = LearnerSettings(
+            lr=1e-5, max_grad_norm=None, micro_batch_tokens=budget, aggregation=aggregation
         )
+        learner = Learner(copy.deepcopy(model), tokenizer, settings, device="cpu")
         gradients = capture_gradients(learner)
         metrics = learner.rl_step(batch)
         results.append((gradients, weights_of(learner), metrics))
@@ -200,7 +196,7 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(
 
 def test_kl_to_the_reference_starts_at_zero_and_grows(model: Any, tokenizer: Any) -> None:
     batch = transitions(model, tokenizer, SPECS[:4])
-    learner = Learner(model, tokenizer, lr=1e-2, kl_coef=0.5, device="cpu")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-2, kl_coef=0.5), device="cpu")
     reference = {k: v.clone() for k, v in learner.reference.state_dict().items()}
 
     first = learner.rl_step(batch)
@@ -215,7 +211,7 @@ def test_kl_to_the_reference_starts_at_zero_and_grows(model: Any, tokenizer: Any
 
 def test_missing_logprobs_and_several_epochs(model: Any, tokenizer: Any) -> None:
     batch = transitions(model, tokenizer, SPECS[:2], with_logprobs=False)
-    learner = Learner(model, tokenizer, lr=1e-2, ppo_epochs=3, device="cpu")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-2, ppo_epochs=3), device="cpu")
 
     metrics = learner.rl_step(batch)
 
@@ -246,9 +242,8 @@ def test_lora_trains_adapters_only_and_serves_merged_weights(
 ) -> None:
     base = {k: v.clone() for k, v in model.state_dict().items()}
     batch = transitions(model, tokenizer, SPECS)
-    learner = Learner(
-        model, tokenizer, lr=1e-2, kl_coef=0.1, lora=LoraSettings(r=4, alpha=8), device="cpu"
-    )
+    settings = LearnerSettings(lr=1e-2, kl_coef=0.1, lora=LoraSettings(r=4, alpha=8))
+    learner = Learner(model, tokenizer, settings, device="cpu")
     trained = learner.model.get_base_model()
     adapters = {k: v.clone() for k, v in trained.state_dict().items() if "lora_" in k}
 
@@ -289,7 +284,8 @@ def test_resume_from_a_checkpoint_is_exact(
     steps = [transitions(model, tokenizer, SPECS[i : i + 2]) for i in (0, 2, 4)]
 
     def learner() -> Learner:
-        return Learner(copy.deepcopy(model), tokenizer, lr=1e-3, lora=lora, seed=7, device="cpu")
+        settings = LearnerSettings(lr=1e-3, lora=lora, seed=7)
+        return Learner(copy.deepcopy(model), tokenizer, settings, device="cpu")
 
     straight = learner()
     expected = [without_timing(straight.rl_step(batch)) for batch in steps]
@@ -326,7 +322,7 @@ def test_sft_lowers_the_loss_on_assistant_tokens_only(model: Any, tokenizer: Any
             for x, e in zip(ids, examples, strict=True)
         ]
     expected = float(torch.cat(nll).mean())
-    learner = Learner(model, tokenizer, lr=1e-2, device="cpu")
+    learner = Learner(model, tokenizer, LearnerSettings(lr=1e-2), device="cpu")
 
     losses = [learner.sft_step(examples)["loss"] for _ in range(4)]
 

@@ -14,6 +14,7 @@ from agl.metrics import read_metrics
 from agl_torch.quickstart import calculator_agent, demonstrations, tasks
 from agl_torch.rl import LightningRLTorch
 from agl_torch.served_policy import find_checkpoint
+from agl_torch.settings import CheckpointSettings, LearnerSettings, LoraSettings
 from agl_torch.sft import SFTTorch, best_transitions
 
 
@@ -53,16 +54,12 @@ def test_resume_continues_from_the_checkpointed_step(tiny_model_dir: Path, tmp_p
     def algorithm(max_steps: int, resume: bool) -> LightningRLTorch:
         return LightningRLTorch(
             tiny_model_dir,
-            n_samples=2,
-            batch_size=2,
-            max_steps=max_steps,
-            lr=1e-3,
-            max_tokens=8,
+            loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=max_steps),
+            learner=LearnerSettings(lr=1e-3),
+            sampling=agl.SamplingSettings(max_tokens=8),
             # a random model's rewards are all 0: keep those groups so every step updates
             lightning=agl.LightningRL(drop_zero_variance=False),
-            checkpoint_every=1,
-            keep_checkpoints=2,
-            resume=resume,
+            checkpoints=CheckpointSettings(every=1, keep=2, resume=resume),
         )
 
     first = algorithm(2, resume=False)
@@ -94,14 +91,18 @@ def test_resume_continues_from_the_checkpointed_step(tiny_model_dir: Path, tmp_p
 
 
 def test_resume_from_a_path_that_is_not_a_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
-    algorithm = LightningRLTorch(tiny_model_dir, resume=tmp_path, max_steps=1)
+    algorithm = LightningRLTorch(
+        tiny_model_dir,
+        loop=agl.LoopSettings(max_steps=1),
+        checkpoints=CheckpointSettings(resume=tmp_path),
+    )
     with pytest.raises(agl.InvalidInputError, match="not a complete checkpoint"):
         _trainer(tmp_path / "run", algorithm).fit(calculator_agent, tasks(2, seed=1))
 
 
 def test_a_model_path_without_a_model(tmp_path: Path) -> None:
     with pytest.raises(agl.InvalidInputError, match="not a Hugging Face model folder"):
-        _trainer(tmp_path, LightningRLTorch(tmp_path, max_steps=1)).fit(
+        _trainer(tmp_path, LightningRLTorch(tmp_path, loop={"max_steps": 1})).fit(
             calculator_agent, tasks(2, seed=1)
         )
 
@@ -125,11 +126,9 @@ def test_sft_on_messages_then_on_the_best_rollouts(tiny_model_dir: Path, tmp_pat
         tools=[CALCULATOR_TOOL],
         message_epochs=3,
         message_batch_size=8,
-        n_samples=2,
-        batch_size=2,
-        max_steps=1,
-        lr=1e-3,
         min_reward=0.0,
+        loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=1),
+        learner=LearnerSettings(lr=1e-3),
     )
     _trainer(tmp_path, algorithm).fit(calculator_agent, tasks(2, seed=1))
     losses = [row["loss"] for row in algorithm.message_history]
@@ -184,16 +183,11 @@ def test_best_transitions_keeps_each_tasks_top_rollouts() -> None:
 def test_lora_run_serves_merged_weights_and_saves_the_adapter(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from agl_torch.learner import LoraSettings
-
     algorithm = LightningRLTorch(
         tiny_model_dir,
-        n_samples=2,
-        batch_size=2,
-        max_steps=2,
-        lr=1e-2,
-        max_tokens=8,
-        lora=LoraSettings(r=4, alpha=8),
+        loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),
+        learner=LearnerSettings(lr=1e-2, lora=LoraSettings(r=4, alpha=8)),
+        sampling=agl.SamplingSettings(max_tokens=8),
         lightning=agl.LightningRL(drop_zero_variance=False),
     )
     _trainer(tmp_path, algorithm).fit(calculator_agent, tasks(4, seed=1))

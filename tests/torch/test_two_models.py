@@ -18,6 +18,7 @@ from agl.lightning import extract_calls
 from agl.metrics import read_metrics
 from agl_torch import LightningRLTorch
 from agl_torch.served_policy import find_checkpoint
+from agl_torch.settings import ServingSettings
 from agl_torch.tiny import build_tiny_model
 
 from .conftest import CORPUS
@@ -52,11 +53,9 @@ def test_two_models_train_at_once_each_on_its_own_agents_calls(tmp_path: Path) -
         return LightningRLTorch(
             models[agent],
             resource=resource,
-            model_name=f"{agent}-policy",
-            n_samples=2,
-            batch_size=2,
-            max_steps=2,
-            max_tokens=6,
+            serving=ServingSettings(model_name=f"{agent}-policy"),
+            loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),
+            sampling=agl.SamplingSettings(max_tokens=6),
             # a random model's rewards may tie within a group: keep those groups too
             lightning=agl.LightningRL(drop_zero_variance=False),
         )

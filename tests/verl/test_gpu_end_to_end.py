@@ -46,10 +46,7 @@ def test_two_steps_on_one_gpu_log_reward_and_verls_actor_metrics(
     algorithm = LightningRLVerl(
         str(model_dir),
         config=RECIPE,
-        batch_size=4,
-        n_samples=4,
-        max_steps=2,
-        step_timeout=600,
+        loop=agl.LoopSettings(batch_size=4, n_samples=4, max_steps=2, step_timeout=600),
     )
     trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=False, plot=False)
     result = trainer.fit(echo_digit, [{"digit": d} for d in range(8)])

@@ -109,9 +109,8 @@ def run(tmp_path: Path, model_dir: Path, **options: Any) -> agl.RunResult:
     algorithm = LightningRLVerl(
         str(model_dir),
         engine=RecordingEngine,
-        n_samples=2,
+        loop=agl.LoopSettings(n_samples=2, **options),
         config={"data.max_prompt_length": 256, "data.max_response_length": 64},
-        **options,
     )
     trainer = agl.Trainer(
         algorithm,
@@ -205,7 +204,9 @@ def test_a_step_with_nothing_to_learn_skips_the_update(
 ) -> None:
     """Equal rewards in every group: no transitions, no update, the run goes on."""
     algorithm = LightningRLVerl(
-        str(model_dir), engine=RecordingEngine, n_samples=2, batch_size=1, max_steps=2
+        str(model_dir),
+        engine=RecordingEngine,
+        loop=agl.LoopSettings(n_samples=2, batch_size=1, max_steps=2),
     )
     trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=False, plot=False)
     trainer.fit(judge, [{"questions": ["say yes"]}, {"questions": ["say no"]}])
@@ -241,9 +242,7 @@ def test_verl_trains_one_agent_of_several_on_that_agents_calls_only(
     algorithm = LightningRLVerl(
         str(model_dir),
         engine=RecordingEngine,
-        n_samples=2,
-        batch_size=2,
-        max_steps=1,
+        loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=1),
         config={"data.max_prompt_length": 256, "data.max_response_length": 64},
     )
     # the upstream says "yes" to "say yes" and "no" otherwise: a task's two samples share a

@@ -23,6 +23,7 @@ import agl
 import agl.metrics
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat
 from agl_verl.sft import SFTVerl, train_sft
+from agl_verl.sft_settings import SFTSettings
 from agl_verl.sft_trainer import VerlSFTError, build_sft_config, run_verl_sft
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -56,11 +57,13 @@ def test_verls_sft_trainer_learns_the_conversations(
         model_dir,
         output_dir="sft",
         messages=CONVERSATIONS,
-        config={**verl_on_cpu["config"], "optim.lr": 5e-3},
-        batch_size=4,
-        epochs=2,
-        max_length=64,
-        env=verl_on_cpu["env"],
+        sft=SFTSettings(
+            config={**verl_on_cpu["config"], "optim.lr": 5e-3},
+            batch_size=4,
+            epochs=2,
+            max_length=64,
+            env=verl_on_cpu["env"],
+        ),
         on_step=lambda step, total, metrics: steps.append((step, total)),
         progress=False,
     )
@@ -122,12 +125,14 @@ def test_sft_verl_distils_the_best_rollouts_after_the_conversations(
             model_dir,
             llm=teacher.url,
             messages=CONVERSATIONS[:4],
-            n_samples=2,
-            sft_batch_size=2,
-            max_length=64,
-            lr=5e-3,
-            config=verl_on_cpu["config"],
-            env=verl_on_cpu["env"],
+            loop=agl.LoopSettings(n_samples=2),
+            sft=SFTSettings(
+                batch_size=2,
+                max_length=64,
+                lr=5e-3,
+                config=verl_on_cpu["config"],
+                env=verl_on_cpu["env"],
+            ),
         )
         trainer = agl.Trainer(
             algorithm,
@@ -214,11 +219,13 @@ def test_verls_ray_sft_trainer_runs_on_a_ray_cluster(
         model_dir,
         output_dir=tmp_path / "sft",
         messages=CONVERSATIONS,
-        config={**verl_on_cpu["config"], "optim.lr": 5e-3},
-        batch_size=4,
-        max_length=64,
-        launcher="ray",
-        env=verl_on_cpu["env"],
+        sft={  # a mapping of SFTSettings' fields does as well
+            "config": {**verl_on_cpu["config"], "optim.lr": 5e-3},
+            "batch_size": 4,
+            "max_length": 64,
+            "launcher": "ray",
+            "env": verl_on_cpu["env"],
+        },
         progress=False,
     )
     assert run.steps == 4

@@ -20,6 +20,7 @@ from agl.lightning import Transition
 from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 from agl_verl.sft import SFTVerl
+from agl_verl.sft_settings import SFTSettings
 from agl_verl.sft_trainer import SFTRun
 
 
@@ -89,7 +90,7 @@ def test_a_round_every_n_steps_waits_for_a_full_batch(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rounds = Rounds(monkeypatch)
-    algorithm = started(tmp_path, 5, train_every=1, sft_batch_size=2)
+    algorithm = started(tmp_path, 5, train_every=1, sft=SFTSettings(batch_size=2))
     rounds.steps(algorithm, {1: 1, 2: 1, 3: 3, 4: 0, 5: 1})
     # step 1 keeps too few and waits; the last step trains what is left, however little
     assert labels(rounds) == [("step-2", 2), ("step-3", 3), ("step-5", 1)]
@@ -215,9 +216,7 @@ def test_a_stopped_trainer_run_resumes_after_its_last_step(
         algorithm = SFTVerl(
             "base-model",
             llm=teacher.url,
-            batch_size=1,
-            n_samples=2,
-            max_steps=max_steps,
+            loop=agl.LoopSettings(batch_size=1, n_samples=2, max_steps=max_steps),
             resume=resume,
         )
         trainer = agl.Trainer(

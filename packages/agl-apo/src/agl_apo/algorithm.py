@@ -3,7 +3,10 @@
 ::
 
     trainer = agl.Trainer(
-        APO(base_url="http://localhost:8000/v1", model="qwen3-8b", max_rounds=4),
+        APO(
+            optimizer=OptimizerSettings(base_url="http://localhost:8000/v1", model="qwen3-8b"),
+            budgets=Budgets(max_rounds=4),
+        ),
         resources={"llm": agl.LLM(...), "prompt": agl.PromptTemplate(template="...{question}")},
     )
     trainer.fit(agent, "train.jsonl", val_dataset="val.jsonl")
@@ -31,6 +34,7 @@ from rich.console import Console
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch
 from agl.errors import InvalidInputError
 from agl.resources import PromptTemplate, Resource
+from agl.settings import settings
 from agl_apo.estimate import CostEstimate, estimate_cost
 from agl_apo.meta_prompts import MetaPrompts
 from agl_apo.optimizer import (
@@ -42,7 +46,8 @@ from agl_apo.optimizer import (
     resolve_endpoint,
 )
 from agl_apo.report import Report
-from agl_apo.search import Search, Settings
+from agl_apo.search import Models, Search
+from agl_apo.settings import Budgets, OptimizerSettings, SearchSettings
 from agl_apo.state import APOState, checkpoint_id, find_checkpoint, run_key, tasks_digest
 
 if TYPE_CHECKING:
@@ -56,56 +61,27 @@ logger = logging.getLogger(__name__)
 class APO(StepAlgorithm):
     """Optimize an agent's prompt templates with an optimizer model (see the module docstring).
 
-    Every argument has a default, so ``APO()`` (and ``"apo"`` by name) builds; the optimizer
-    endpoint then comes from the environment (:func:`~agl_apo.optimizer.resolve_endpoint`).
-
     Args:
         resources: The :class:`~agl.PromptTemplate` resources to optimize (a name or a list).
             None: the run's only PromptTemplate; with several, say which (an error lists them).
             An ``openai.AsyncOpenAI`` client here is taken as ``client`` (``APO(AsyncOpenAI())``
             as Agent Lightning writes it).
         client: An ``openai.AsyncOpenAI`` client whose settings (base URL, key, headers, timeout,
-            retries) APO calls the optimizer model with, in place of ``base_url`` / ``api_key``.
-            APO opens its own connections in the run's event loop and leaves this client as it
-            is (the caller's to close).
-        base_url: The optimizer's OpenAI-compatible endpoint (``.../v1``). None:
-            ``$AGL_APO_BASE_URL``, else ``$OPENAI_BASE_URL``, else OpenAI's API.
-        api_key: Its key. None: ``$<api_key_env>``, else none (fine for local servers).
-        api_key_env: The environment variable holding the key.
-        model: The optimizer model. None: ``$AGL_APO_MODEL``, else ``gpt-4.1-mini``.
-        critique_model / rewrite_model / merge_model: A different model for one kind of call.
-        temperature: Sampling temperature of optimizer calls (None: the server's default).
-        timeout: Seconds an optimizer request may take.
-        max_retries: Retries on timeouts, rate limits and server errors (openai's backoff).
-        max_completion_tokens: The longest optimizer reply.
-        concurrency: Optimizer calls in flight at once.
+            retries) APO calls the optimizer model with, in place of ``optimizer``'s
+            ``base_url`` / ``api_key``. APO opens its own connections in the run's event loop
+            and leaves this client as it is (the caller's to close).
+        optimizer: The optimizer model: endpoint, key, models, temperature, timeout, retries,
+            reply length, concurrency (:class:`~agl_apo.settings.OptimizerSettings`).
+        search: The beam search: width, rewrites per critique, examples shown, validation
+            tasks and samples, Pareto front, merges (:class:`~agl_apo.settings.SearchSettings`).
+        budgets: When the search stops: rounds, scoring rollouts, optimizer tokens, patience
+            (:class:`~agl_apo.settings.Budgets`).
         meta_prompts: Replacements for the shipped meta-prompts, by name (``system``,
             ``critique``, ``rewrite``, ``merge``): text (``str``) or a file (``Path``). See
             :mod:`agl_apo.meta_prompts`.
-        beam_width: Candidates kept (by mean score) and expanded each round.
-        branch_factor: Rewrites asked for per critique.
-        n_examples: Worst runs shown in a critique request.
-        max_example_chars: Characters one shown run may take.
-        val_size: Validation tasks every candidate is scored on (the first ones; the
-            training tasks when there are no validation tasks).
-        val_samples: Rollouts per validation task and candidate (scores are their mean).
-        max_rounds: Optimization rounds at most (one per training step).
-        max_rollouts: Rollouts the search may run to score candidates (None: no limit). The
-            loop's own training and validation rollouts are not counted: they are set by
-            ``batch_size``, ``n_samples`` and the number of steps.
-        max_optimizer_tokens: Tokens the optimizer calls may use in all (as the server reports
-            them; a call is made only if its worst case fits). None: no limit.
-        patience: Stop after this many rounds without the best score improving by more than
-            ``min_improvement`` (None: never).
-        min_improvement: The improvement that counts.
-        pareto: Keep Pareto-front candidates (best on some validation task) in the beam and
-            merge complementary ones.
-        front_size: Front members kept beside the beam (default ``beam_width``).
-        merges_per_round: Merges asked for per round (when two front members complement each
-            other).
-        n_epochs / batch_size / n_samples / max_steps: The loop when APO runs alone (ignored
-            beside other algorithms, whose loop it follows). By default each step is one round:
-            ``max_rounds`` steps of ``batch_size`` tasks.
+        loop: The loop when APO runs alone (:class:`agl.LoopSettings`; ignored beside other
+            algorithms, whose loop it follows). By default each step is one round:
+            ``budgets.max_rounds`` steps of 8 tasks, one rollout each.
         resume: Continue the latest search of the same prompts saved in the run's store
             (budgets spent so far included); False starts a new one.
         state_resource: The name the :class:`~agl_apo.state.APOState` is published under
@@ -115,6 +91,14 @@ class APO(StepAlgorithm):
             :class:`rich.console.Console`, or False.
         plot: Draw ``run_dir/apo/scores.png`` (needs matplotlib).
         metrics_prefix: Prefix of the metrics APO logs (``apo/best_score``, ...).
+
+    Every settings argument also takes a mapping of its fields
+    (``budgets={"max_rounds": 3}``), and has defaults: ``APO()`` (and ``"apo"`` by name)
+    builds, the optimizer endpoint then coming from the environment
+    (:func:`~agl_apo.optimizer.resolve_endpoint`).
+
+    Attributes:
+        running: The search under way (between setup and close).
     """
 
     name = "apo"
@@ -126,37 +110,11 @@ class APO(StepAlgorithm):
         resources: str | Sequence[str] | AsyncOpenAI | None = None,
         *,
         client: AsyncOpenAI | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        model: str | None = None,
-        critique_model: str | None = None,
-        rewrite_model: str | None = None,
-        merge_model: str | None = None,
-        temperature: float | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        max_completion_tokens: int = 2048,
-        concurrency: int = 4,
+        optimizer: OptimizerSettings | Mapping[str, Any] | None = None,
+        search: SearchSettings | Mapping[str, Any] | None = None,
+        budgets: Budgets | Mapping[str, Any] | None = None,
         meta_prompts: Mapping[str, str | os.PathLike[str]] | None = None,
-        beam_width: int = 4,
-        branch_factor: int = 2,
-        n_examples: int = 4,
-        max_example_chars: int = 2000,
-        val_size: int = 16,
-        val_samples: int = 1,
-        max_rounds: int = 5,
-        max_rollouts: int | None = None,
-        max_optimizer_tokens: int | None = None,
-        patience: int | None = 2,
-        min_improvement: float = 0.0,
-        pareto: bool = True,
-        front_size: int | None = None,
-        merges_per_round: int = 1,
-        n_epochs: int | None = None,
-        batch_size: int | None = 8,
-        n_samples: int = 1,
-        max_steps: int | None = None,
+        loop: LoopSettings | Mapping[str, Any] | None = None,
         resume: bool = True,
         state_resource: str | None = None,
         console: bool | Console | None = None,
@@ -171,62 +129,13 @@ class APO(StepAlgorithm):
                 value=resources,
             )
         self.resources = list(dict.fromkeys(names)) if names is not None else None
-        for field, value, low in (
-            ("timeout", timeout, 0.001),
-            ("max_retries", max_retries, 0),
-            ("max_completion_tokens", max_completion_tokens, 1),
-            ("concurrency", concurrency, 1),
-            ("beam_width", beam_width, 1),
-            ("branch_factor", branch_factor, 1),
-            ("n_examples", n_examples, 1),
-            ("max_example_chars", max_example_chars, 100),
-            ("val_size", val_size, 1),
-            ("val_samples", val_samples, 1),
-            ("max_rounds", max_rounds, 1),
-            ("max_rollouts", max_rollouts, 1),
-            ("max_optimizer_tokens", max_optimizer_tokens, 1),
-            ("patience", patience, 1),
-            ("min_improvement", min_improvement, 0.0),
-            ("front_size", front_size, 0),
-            ("merges_per_round", merges_per_round, 0),
-            ("n_epochs", n_epochs, 1),
-            ("batch_size", batch_size, 1),
-            ("n_samples", n_samples, 1),
-            ("max_steps", max_steps, 1),
-        ):
-            _check_at_least(field, value, low)
-        self.base_url = base_url
-        self.api_key = api_key
-        self.api_key_env = api_key_env
-        self.model = model
-        self.critique_model = critique_model
-        self.rewrite_model = rewrite_model
-        self.merge_model = merge_model
-        self.temperature = temperature
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.max_completion_tokens = max_completion_tokens
-        self.concurrency = concurrency
+        self.optimizer = settings("optimizer", optimizer, OptimizerSettings())
+        self.search = settings("search", search, SearchSettings())
+        self.budgets = settings("budgets", budgets, Budgets())
         self.meta_prompts = MetaPrompts.load(meta_prompts)
-        self.beam_width = beam_width
-        self.branch_factor = branch_factor
-        self.n_examples = n_examples
-        self.max_example_chars = max_example_chars
-        self.val_size = val_size
-        self.val_samples = val_samples
-        self.max_rounds = max_rounds
-        self.max_rollouts = max_rollouts
-        self.max_optimizer_tokens = max_optimizer_tokens
-        self.patience = patience
-        self.min_improvement = min_improvement
-        self.pareto = pareto
-        self.front_size = beam_width if front_size is None else front_size
-        self.merges_per_round = merges_per_round
-        self.loop = LoopSettings(
-            n_epochs=max_rounds if n_epochs is None else n_epochs,
-            batch_size=batch_size,
-            n_samples=n_samples,
-            max_steps=max_rounds if max_steps is None else max_steps,
+        rounds = self.budgets.max_rounds
+        self.loop = settings(
+            "loop", loop, LoopSettings(n_epochs=rounds, batch_size=8, max_steps=rounds)
         )
         self.resume = resume
         self.state_resource = state_resource
@@ -234,8 +143,7 @@ class APO(StepAlgorithm):
         self.console: Console | None = _console(console)
         self.plot = plot
         self.metrics_prefix = metrics_prefix
-        self.search: Search | None = None
-        """The running search (between setup and close)."""
+        self.running: Search | None = None
         self.report: Report | None = None
         self._key = ""
         self._state_name = ""
@@ -274,11 +182,12 @@ class APO(StepAlgorithm):
         if self.client is not None:
             endpoint = Endpoint(str(self.client.base_url), self.client.api_key, "client=")
         else:
-            endpoint = resolve_endpoint(self.base_url, self.api_key, self.api_key_env)
+            chosen = self.optimizer
+            endpoint = resolve_endpoint(chosen.base_url, chosen.api_key, chosen.api_key_env)
         tasks, source = (ctx.val_tasks, "val") if ctx.val_tasks else (ctx.train_tasks, "train")
         if not tasks:
             raise InvalidInputError("APO needs tasks to score candidates on", field="val_tasks")
-        items = list(range(min(self.val_size, len(tasks))))
+        items = list(range(min(self.search.val_size, len(tasks))))
         digest = tasks_digest([tasks[index] for index in items])
         self._state_name = self.state_resource or "apo/" + "+".join(names)
         self._key = run_key(seeds)
@@ -306,38 +215,35 @@ class APO(StepAlgorithm):
                 items_digest=digest,
                 generation=generation + 1,
             )
-        model = self.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
-        settings = Settings(
-            critique_model=self.critique_model or model,
-            rewrite_model=self.rewrite_model or model,
-            merge_model=self.merge_model or model,
-            beam_width=self.beam_width,
-            branch_factor=self.branch_factor,
-            n_examples=self.n_examples,
-            max_example_chars=self.max_example_chars,
-            val_samples=self.val_samples,
-            max_rounds=self.max_rounds,
-            max_rollouts=self.max_rollouts,
-            patience=self.patience,
-            min_improvement=self.min_improvement,
-            pareto=self.pareto,
-            front_size=self.front_size,
-            merges_per_round=self.merges_per_round,
+        chosen = self.optimizer
+        model = chosen.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+        models = Models(
+            critique=chosen.critique_model or model,
+            rewrite=chosen.rewrite_model or model,
+            merge=chosen.merge_model or model,
         )
         optimizer = OptimizerClient(
             endpoint,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            max_completion_tokens=self.max_completion_tokens,
-            temperature=self.temperature,
-            budget=TokenBudget(self.max_optimizer_tokens, used=state.optimizer_tokens),
-            concurrency=self.concurrency,
+            timeout=chosen.timeout,
+            max_retries=chosen.max_retries,
+            max_completion_tokens=chosen.max_completion_tokens,
+            temperature=chosen.temperature,
+            budget=TokenBudget(self.budgets.max_optimizer_tokens, used=state.optimizer_tokens),
+            concurrency=chosen.concurrency,
             client=self.client,
         )
-        self.search = Search(
-            state, settings, optimizer, self.meta_prompts, seeds, tasks, self._state_name
+        self.running = Search(
+            state,
+            self.search,
+            self.budgets,
+            models,
+            optimizer,
+            self.meta_prompts,
+            seeds,
+            tasks,
+            self._state_name,
         )
-        state.stopped = self.search.stop_reason()
+        state.stopped = self.running.stop_reason()
         if self._console_option is None:
             self.console = ctx.console if isinstance(ctx.console, Console) else None
         self.report = Report(ctx.run_dir / "apo", console=self.console, plot=self.plot)
@@ -360,7 +266,7 @@ class APO(StepAlgorithm):
         return self._resumed_step
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
-        search, report = self.search, self.report
+        search, report = self.running, self.report
         assert search is not None, "step() before setup()"
         assert report is not None
         state = search.state
@@ -383,18 +289,18 @@ class APO(StepAlgorithm):
         return published
 
     async def close(self, ctx: AlgorithmContext) -> None:
-        if self.search is not None and self.report is not None:
-            self.report.write(self.search.state)
-            self.report.plot(self.search.state)
-            self.report.show(self.search.state)
+        if self.running is not None and self.report is not None:
+            self.report.write(self.running.state)
+            self.report.plot(self.running.state)
+            self.report.show(self.running.state)
         await self._release()
 
     # --- helpers ----------------------------------------------------------------------------
 
     async def _release(self) -> None:
-        if self.search is not None:
-            await self.search.optimizer.aclose()
-        self.search = None
+        if self.running is not None:
+            await self.running.optimizer.aclose()
+        self.running = None
 
     def _resolve_names(self, resources: Mapping[str, Resource]) -> list[str]:
         prompts = sorted(n for n, r in resources.items() if isinstance(r, PromptTemplate))
@@ -434,10 +340,10 @@ class APO(StepAlgorithm):
 
     def _published(self, state: APOState) -> dict[str, Resource]:
         """The best prompts (the seeds until they are scored) and a copy of the state."""
-        assert self.search is not None
+        assert self.running is not None
         best = state.best_candidate()
         prompts: dict[str, Resource] = dict(
-            state.prompts(best) if best is not None else self.search.seeds
+            state.prompts(best) if best is not None else self.running.seeds
         )
         prompts[self._state_name] = state.model_copy(deep=True)
         return prompts
@@ -462,17 +368,6 @@ class APO(StepAlgorithm):
         if best is not None:
             metrics["best_score"] = best.score
         return {f"{self.metrics_prefix}{key}": value for key, value in metrics.items()}
-
-
-def _check_at_least(field: str, value: float | None, low: float) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
-        raise InvalidInputError(
-            f"{field} must be a number of at least {low:g}, got {value!r}",
-            field=field,
-            value=value,
-        )
 
 
 def _console(option: bool | Console | None) -> Console | None:

@@ -2,7 +2,8 @@
 
 ::
 
-    estimate = APO(beam_width=4, max_rounds=5).estimate(train_tasks=200, val_tasks=50)
+    apo = APO(search=SearchSettings(beam_width=4), budgets=Budgets(max_rounds=5))
+    estimate = apo.estimate(train_tasks=200, val_tasks=50)
 
 :func:`estimate_cost` walks the search as the settings allow it to grow (every beam member
 expanded, every rewrite valid, a merge every round) and counts the rollouts (the training
@@ -114,41 +115,45 @@ def estimate_cost(
     n_train = train_tasks if isinstance(train_tasks, int) else len(train_tasks)
     n_val = val_tasks if isinstance(val_tasks, int) else len(val_tasks)
     chars = [prompt_chars] if isinstance(prompt_chars, int) else list(prompt_chars)
+    search, budgets = apo.search, apo.budgets
     steps = _loop_steps(apo, n_train)
-    rounds = min(apo.max_rounds, len(steps))
-    score_cost = min(apo.val_size, n_val if n_val else n_train) * apo.val_samples
+    rounds = min(budgets.max_rounds, len(steps))
+    score_cost = min(search.val_size, n_val if n_val else n_train) * search.val_samples
     critique_tokens, rewrite_tokens, merge_tokens = _call_tokens(apo, max(chars, default=0))
     notes = []
     candidates, scoring = 1, score_cost
     critiques = rewrites = merges = tokens = done = 0
-    width = apo.beam_width + (apo.front_size if apo.pareto else 0)
+    width = search.beam_width + (search.front if search.pareto else 0)
     while done < rounds:
         parents = min(width, candidates)
-        merging = apo.merges_per_round if apo.pareto and candidates >= 2 else 0
+        merging = search.merges_per_round if search.pareto and candidates >= 2 else 0
         cost = (
             parents * critique_tokens
-            + parents * apo.branch_factor * rewrite_tokens
+            + parents * search.branch_factor * rewrite_tokens
             + merging * merge_tokens
         )
-        if apo.max_optimizer_tokens is not None and tokens + cost > apo.max_optimizer_tokens:
+        if (
+            budgets.max_optimizer_tokens is not None
+            and tokens + cost > budgets.max_optimizer_tokens
+        ):
             notes.append("the optimizer token budget ends the search early")
             break
-        new = parents * apo.branch_factor + merging
-        if apo.max_rollouts is not None and scoring + new * score_cost > apo.max_rollouts:
-            new = max((apo.max_rollouts - scoring) // max(score_cost, 1), 0)
+        new = parents * search.branch_factor + merging
+        if budgets.max_rollouts is not None and scoring + new * score_cost > budgets.max_rollouts:
+            new = max((budgets.max_rollouts - scoring) // max(score_cost, 1), 0)
             notes.append("the rollout budget ends the search early")
         critiques += parents
-        rewrites += parents * apo.branch_factor
+        rewrites += parents * search.branch_factor
         merges += merging
         tokens += cost
         candidates += new
         scoring += new * score_cost
         done += 1
-        if apo.max_rollouts is not None and scoring + score_cost > apo.max_rollouts:
+        if budgets.max_rollouts is not None and scoring + score_cost > budgets.max_rollouts:
             break
-    if apo.patience is not None and done > apo.patience:
-        notes.append(f"early stopping (patience {apo.patience}) may end it sooner")
-    if apo.max_rollouts is not None and score_cost > apo.max_rollouts:
+    if budgets.patience is not None and done > budgets.patience:
+        notes.append(f"early stopping (patience {budgets.patience}) may end it sooner")
+    if budgets.max_rollouts is not None and score_cost > budgets.max_rollouts:
         notes.append("the rollout budget cannot even score the seed")
         scoring, candidates = 0, 0
     return CostEstimate(
@@ -184,7 +189,7 @@ def _call_tokens(apo: APO, prompt: int) -> tuple[int, int, int]:
     meta = apo.meta_prompts
     system = len(meta.system)
     reply = int(prompt * 1.2) // _CHARS_PER_TOKEN + 50
-    examples = apo.n_examples * apo.max_example_chars
+    examples = apo.search.n_examples * apo.search.max_example_chars
     critique = (system + len(meta.critique) + prompt + examples) // _CHARS_PER_TOKEN
     rewrite = (system + len(meta.rewrite) + prompt + _CRITIQUE_CHARS) // _CHARS_PER_TOKEN
     merge = (system + len(meta.merge) + 2 * prompt + _CRITIQUE_CHARS // 2) // _CHARS_PER_TOKEN

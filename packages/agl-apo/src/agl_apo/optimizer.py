@@ -100,7 +100,8 @@ def resolve_endpoint(
     if not url:
         if key is None:
             raise InvalidInputError(
-                "APO has no optimizer model to call: pass APO(base_url=...) for an "
+                "APO has no optimizer model to call: pass "
+                "APO(optimizer=OptimizerSettings(base_url=...)) for an "
                 "OpenAI-compatible server (a local one included), or set "
                 f"{' / '.join(BASE_URL_ENV)}, or set {api_key_env} to use OpenAI's API",
                 field="base_url",

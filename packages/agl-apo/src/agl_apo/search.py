@@ -33,10 +33,11 @@ from agl_apo.candidates import (
 )
 from agl_apo.meta_prompts import MetaPrompts
 from agl_apo.optimizer import OptimizerClient, OptimizerError, extract_prompt
+from agl_apo.settings import Budgets, SearchSettings
 from agl_apo.state import APOState, Candidate, Origin, Skip, Stage
 from agl_apo.traces import Example, examples_from, render_examples, worst
 
-__all__ = ["Search", "Settings"]
+__all__ = ["Models", "Search"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,24 +45,12 @@ _STRENGTHS_SHOWN = 5
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The knobs of the search (see :class:`~agl_apo.APO` for each)."""
+class Models:
+    """The optimizer model asked for each kind of call."""
 
-    critique_model: str
-    rewrite_model: str
-    merge_model: str
-    beam_width: int
-    branch_factor: int
-    n_examples: int
-    max_example_chars: int
-    val_samples: int
-    max_rounds: int
-    max_rollouts: int | None
-    patience: int | None
-    min_improvement: float
-    pareto: bool
-    front_size: int
-    merges_per_round: int
+    critique: str
+    rewrite: str
+    merge: str
 
 
 @dataclass(frozen=True)
@@ -77,7 +66,9 @@ class Search:
 
     Args:
         state: Where the search stands (a new one, or restored from the store).
-        settings: The knobs.
+        settings: The search's knobs.
+        budgets: When it stops.
+        models: The optimizer model for each kind of call.
         optimizer: The optimizer model.
         meta_prompts: What to ask it.
         seeds: The prompts the run started with (their placeholders are the agent's).
@@ -88,7 +79,9 @@ class Search:
     def __init__(
         self,
         state: APOState,
-        settings: Settings,
+        settings: SearchSettings,
+        budgets: Budgets,
+        models: Models,
         optimizer: OptimizerClient,
         meta_prompts: MetaPrompts,
         seeds: Mapping[str, PromptTemplate],
@@ -97,6 +90,8 @@ class Search:
     ) -> None:
         self.state = state
         self.settings = settings
+        self.budgets = budgets
+        self.models = models
         self.optimizer = optimizer
         self.meta = meta_prompts
         self.seeds = dict(seeds)
@@ -147,14 +142,14 @@ class Search:
 
     def stop_reason(self) -> str | None:
         """Why the search should stop now (None: it goes on)."""
-        state, settings = self.state, self.settings
-        if state.rounds >= settings.max_rounds:
+        state, budgets = self.state, self.budgets
+        if state.rounds >= budgets.max_rounds:
             return f"max_rounds: {state.rounds} rounds done"
-        if settings.patience is not None and state.stale_rounds >= settings.patience:
+        if budgets.patience is not None and state.stale_rounds >= budgets.patience:
             return f"patience: no improvement in {state.stale_rounds} rounds"
         if self.optimizer.budget.exhausted:
             return f"max_optimizer_tokens: {self.optimizer.budget.used} tokens used"
-        limit = settings.max_rollouts
+        limit = budgets.max_rollouts
         if limit is not None and state.rollouts + self._scoring_cost() > limit:
             return f"max_rollouts: {state.rollouts} rollouts run"
         return None
@@ -173,7 +168,7 @@ class Search:
             context=self._context(parent, target),
         )
         try:
-            reply = await self.optimizer.complete(self.settings.critique_model, self._ask(text))
+            reply = await self.optimizer.complete(self.models.critique, self._ask(text))
         except OptimizerError as exc:
             self._skip(number, "critique", [parent.id], f"critique failed: {exc.message}")
             return []
@@ -208,7 +203,7 @@ class Search:
             count=count,
         )
         try:
-            reply = await self.optimizer.complete(self.settings.rewrite_model, self._ask(text))
+            reply = await self.optimizer.complete(self.models.rewrite, self._ask(text))
             return extract_prompt(reply.text)
         except OptimizerError as exc:
             return exc
@@ -248,7 +243,7 @@ class Search:
             syntax=self._syntax(target),
         )
         try:
-            reply = await self.optimizer.complete(self.settings.merge_model, self._ask(text))
+            reply = await self.optimizer.complete(self.models.merge, self._ask(text))
             merged = extract_prompt(reply.text)
         except OptimizerError as exc:
             self._skip(number, "merge", parents, f"merge failed: {exc.message}")
@@ -338,7 +333,7 @@ class Search:
         """Score a proposal on the validation items; False when the rollout budget is spent."""
         state = self.state
         cost = self._scoring_cost()
-        limit = self.settings.max_rollouts
+        limit = self.budgets.max_rollouts
         if limit is not None and state.rollouts + cost > limit:
             reason = (
                 f"the rollout budget ({limit}) has {limit - state.rollouts} rollouts left and "
@@ -398,7 +393,7 @@ class Search:
             state.candidates,
             settings.beam_width,
             pareto=settings.pareto,
-            front_size=settings.front_size,
+            front_size=settings.front,
         )
         state.beam = [c.id for c in beam]
         state.front = [c.id for c in front]
@@ -406,7 +401,7 @@ class Search:
         state.best = best.id
         state.best_scores.append(best.score)
         state.stale_rounds = (
-            0 if best.score > previous + settings.min_improvement else state.stale_rounds + 1
+            0 if best.score > previous + self.budgets.min_improvement else state.stale_rounds + 1
         )
         state.rounds = number
         for stale in set(self.examples) - set(state.beam):

@@ -43,6 +43,7 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
+from agl.settings import SamplingSettings
 from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.store import Store, StoreStatistics, open_store
 
@@ -137,6 +138,7 @@ __all__ = [
     "RolloutResult",
     "RolloutStatus",
     "Runner",
+    "SamplingSettings",
     "Span",
     "SpanEvent",
     "SpanKind",

@@ -38,6 +38,7 @@ from agl.context import (
     RunState,
 )
 from agl.resources import Resource
+from agl.settings import settings
 from agl.step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
 
 if TYPE_CHECKING:
@@ -168,18 +169,14 @@ class Baseline(StepAlgorithm):
     metrics). Useful to measure a starting point, and as the simplest algorithm to read.
 
     Args:
-        n_epochs: Passes over the training tasks.
-        batch_size: Tasks per step (all of them if None).
-        n_samples: Rollouts per task.
+        loop: Epochs, tasks per step and rollouts per task (:class:`~agl.LoopSettings`).
     """
 
     name = "baseline"
     learns = False
 
-    def __init__(
-        self, *, n_epochs: int = 1, batch_size: int | None = None, n_samples: int = 1
-    ) -> None:
-        self.loop = LoopSettings(n_epochs=n_epochs, batch_size=batch_size, n_samples=n_samples)
+    def __init__(self, *, loop: LoopSettings | None = None) -> None:
+        self.loop = settings("loop", loop, LoopSettings())
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         return {}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agl.errors import InvalidInputError
 from agl.lightning.agents import NO_AGENT
+from agl.settings import check_at_least
 
 if TYPE_CHECKING:
     from agl.algorithm import StepAlgorithm
@@ -55,27 +56,13 @@ class LoopSettings:
 
     def __post_init__(self) -> None:
         for name, low in (("n_epochs", 1), ("batch_size", 1), ("n_samples", 1), ("max_steps", 1)):
-            value = getattr(self, name)
-            if value is None and name in ("batch_size", "max_steps"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise InvalidInputError(
-                    f"LoopSettings.{name} must be an integer >= {low}"
-                    + (" or None" if name in ("batch_size", "max_steps") else "")
-                    + f", got {value!r}",
-                    field=name,
-                    value=value,
-                )
-        timeout = self.step_timeout
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise InvalidInputError(
-                f"LoopSettings.step_timeout must be a number of seconds > 0 or None, got "
-                f"{timeout!r}",
-                field="step_timeout",
-                value=timeout,
+            optional = name in ("batch_size", "max_steps")
+            check_at_least(
+                "LoopSettings", name, getattr(self, name), low, integer=True, optional=optional
             )
+        check_at_least(
+            "LoopSettings", "step_timeout", self.step_timeout, 0, optional=True, above=True
+        )
 
     def total_steps(self, n_tasks: int) -> tuple[int, int]:
         """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks."""

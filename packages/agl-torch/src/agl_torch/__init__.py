@@ -7,7 +7,10 @@
 - :class:`SFTTorch` (``"sft-torch"``): SFT on chat conversations and on the best rollouts.
 - :class:`PolicyServer`: an OpenAI-compatible server for a transformers model that returns
   token ids and logprobs the way vLLM does, and swaps weights without failing requests.
-- :class:`Learner`, :class:`LoraSettings`: the optimizer steps underneath.
+- :class:`LearnerSettings`, :class:`LoraSettings`, :class:`ServingSettings`,
+  :class:`CheckpointSettings`: the algorithms' settings (beside :class:`agl.LoopSettings` and
+  :class:`agl.SamplingSettings`).
+- :class:`Learner`: the optimizer steps underneath.
 - :func:`build_tiny_model`: a small model and tokenizer built in code (nothing downloaded).
 """
 
@@ -17,24 +20,36 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agl_torch.learner import Learner, LoraSettings
+    from agl_torch.learner import Learner
     from agl_torch.rl import LightningRLTorch
     from agl_torch.server import PolicyServer
+    from agl_torch.settings import (
+        CheckpointSettings,
+        LearnerSettings,
+        LoraSettings,
+        ServingSettings,
+    )
     from agl_torch.sft import SFTTorch
     from agl_torch.tiny import build_tiny_model
 
 __all__ = [
+    "CheckpointSettings",
     "Learner",
+    "LearnerSettings",
     "LightningRLTorch",
     "LoraSettings",
     "PolicyServer",
     "SFTTorch",
+    "ServingSettings",
     "build_tiny_model",
 ]
 
 _HOMES = {
+    "CheckpointSettings": "agl_torch.settings",
     "Learner": "agl_torch.learner",
-    "LoraSettings": "agl_torch.learner",
+    "LearnerSettings": "agl_torch.settings",
+    "LoraSettings": "agl_torch.settings",
+    "ServingSettings": "agl_torch.settings",
     "LightningRLTorch": "agl_torch.rl",
     "PolicyServer": "agl_torch.server",
     "SFTTorch": "agl_torch.sft",

@@ -30,7 +30,7 @@ import math
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,42 +40,14 @@ import torch
 from agl.errors import AglError, InvalidInputError
 from agl.lightning import Transition
 from agl_torch.data import RLBatch, SFTExample, rl_batches, sft_batches
-from agl_torch.losses import (
-    AGGREGATIONS,
-    KL_KINDS,
-    Aggregation,
-    KLKind,
-    aggregate,
-    check_choice,
-    kl_penalty,
-    loss_normalizer,
-    policy_loss,
-    sft_loss,
-)
+from agl_torch.losses import aggregate, kl_penalty, loss_normalizer, policy_loss, sft_loss
 from agl_torch.policy import default_device, quiet_progress_bars, token_logprobs
+from agl_torch.settings import Aggregation, KLKind, LearnerSettings, LoraSettings
 
-__all__ = ["Learner", "LoraSettings"]
+__all__ = ["Learner", "LearnerSettings", "LoraSettings"]
 
 _ADAPTER = "default"
 _STATE_FILE = "state.json"
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """Train low-rank adapters (peft's LoRA) instead of every weight.
-
-    Attributes:
-        r: The adapters' rank.
-        alpha: Scales the adapters' output by ``alpha / r``.
-        dropout: Dropout on the adapters' input while training.
-        target_modules: Module names to adapt, or ``"all-linear"`` (every linear layer but
-            the output head).
-    """
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: str | tuple[str, ...] = "all-linear"
 
 
 class Learner:
@@ -85,18 +57,10 @@ class Learner:
         model: A Hugging Face causal LM (:func:`~agl_torch.policy.load_policy`); moved to
             ``device`` and, with ``lora``, wrapped in a peft model (:attr:`model`).
         tokenizer: Its tokenizer (padding id, :meth:`save_pretrained`).
-        lr / weight_decay / betas: AdamW's settings (constant learning rate).
-        max_grad_norm: Clip the gradient's global norm to this (None: no clipping).
-        micro_batch_tokens: Tokens per forward pass, padding included.
-        clip_low / clip_high: PPO's trust region ``[1 - clip_low, 1 + clip_high]``.
-        aggregation: ``"token-mean"`` or ``"sequence-mean"`` (:mod:`agl_torch.losses`).
-        kl_coef: Weight of the KL penalty to the reference policy (0: none).
-        kl_kind: The KL estimator (:func:`~agl_torch.losses.kl_penalty`).
+        settings: The update: optimizer, clipping, micro-batches, PPO, KL, LoRA, seed
+            (:class:`~agl_torch.settings.LearnerSettings`; default: its defaults).
         reference: The reference policy; by default a frozen copy of ``model`` as given (with
             LoRA: ``model`` with its adapters disabled). Only used when ``kl_coef > 0``.
-        ppo_epochs: Optimizer steps per :meth:`rl_step`, each over the whole batch.
-        lora: Train LoRA adapters only (needs ``agl-torch[lora]``).
-        seed: Seeds torch's generators (LoRA's initial weights, dropout).
         device: Where to train (default: :func:`~agl_torch.policy.default_device`).
     """
 
@@ -104,47 +68,37 @@ class Learner:
         self,
         model: Any,
         tokenizer: Any,
+        settings: LearnerSettings | None = None,
         *,
-        lr: float = 1e-5,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        max_grad_norm: float | None = 1.0,
-        micro_batch_tokens: int = 8192,
-        clip_low: float = 0.2,
-        clip_high: float = 0.28,
-        aggregation: Aggregation = "token-mean",
-        kl_coef: float = 0.0,
-        kl_kind: KLKind = "low_var_kl",
         reference: Any = None,
-        ppo_epochs: int = 1,
-        lora: LoraSettings | None = None,
-        seed: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
-        check_choice(aggregation, AGGREGATIONS, "aggregation")
-        check_choice(kl_kind, KL_KINDS, "kl_kind")
-        for name, value in (("micro_batch_tokens", micro_batch_tokens), ("ppo_epochs", ppo_epochs)):
-            if value < 1:
-                raise InvalidInputError(f"{name} must be at least 1, got {value}", field=name)
+        settings = settings if settings is not None else LearnerSettings()
+        if not isinstance(settings, LearnerSettings):
+            raise InvalidInputError(
+                f"settings must be a LearnerSettings, got {type(settings).__name__}",
+                field="settings",
+            )
+        self.settings = settings
         self.device = torch.device(device) if device is not None else default_device()
         self.tokenizer = tokenizer
         self.pad_id: int = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
-        self.max_grad_norm = max_grad_norm
-        self.micro_batch_tokens = micro_batch_tokens
-        self.clip_low = clip_low
-        self.clip_high = clip_high
-        self.aggregation: Aggregation = aggregation
-        self.kl_coef = kl_coef
-        self.kl_kind: KLKind = kl_kind
-        self.ppo_epochs = ppo_epochs
-        self.lora = lora
+        self.max_grad_norm = settings.max_grad_norm
+        self.micro_batch_tokens = settings.micro_batch_tokens
+        self.clip_low = settings.clip_low
+        self.clip_high = settings.clip_high
+        self.aggregation: Aggregation = settings.aggregation
+        self.kl_coef = settings.kl_coef
+        self.kl_kind: KLKind = settings.kl_kind
+        self.ppo_epochs = settings.ppo_epochs
+        self.lora = lora = settings.lora
         self.updates = 0
         """Optimizer steps taken (restored by :meth:`load_checkpoint`)."""
-        torch.manual_seed(seed)
+        torch.manual_seed(settings.seed)
         model.to(self.device)
-        if kl_coef > 0 and reference is None and lora is None:
+        if settings.kl_coef > 0 and reference is None and lora is None:
             reference = copy.deepcopy(model)
         if reference is not None:
             reference.to(self.device).eval().requires_grad_(False)
@@ -153,7 +107,10 @@ class Learner:
         self.model.eval()
         self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            self._trainable, lr=lr, betas=betas, weight_decay=weight_decay
+            self._trainable,
+            lr=settings.lr,
+            betas=settings.betas,
+            weight_decay=settings.weight_decay,
         )
 
     # --- steps ------------------------------------------------------------------------------

@@ -17,11 +17,9 @@ gradients) add up to exactly those of the whole batch.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
-from agl.errors import InvalidInputError
+from agl_torch.settings import AGGREGATIONS, KL_KINDS, Aggregation, KLKind, check_choice
 
 __all__ = [
     "AGGREGATIONS",
@@ -36,24 +34,9 @@ __all__ = [
     "sft_loss",
 ]
 
-Aggregation = Literal["token-mean", "sequence-mean"]
-KLKind = Literal["k1", "k2", "k3", "low_var_kl"]
-AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
-"""The names :func:`aggregate` accepts."""
-KL_KINDS: tuple[str, ...] = get_args(KLKind)
-"""The names :func:`kl_penalty` accepts."""
-
 _MAX_LOG_RATIO = 20.0
 """Log-ratios are clamped to +-this before ``exp`` (as verl does), so one wild token cannot
 overflow the loss."""
-
-
-def check_choice(value: str, allowed: tuple[str, ...], field: str) -> None:
-    """Raise :class:`~agl.errors.InvalidInputError` unless ``value`` is one of ``allowed``."""
-    if value not in allowed:
-        raise InvalidInputError(
-            f"{field} must be one of {', '.join(allowed)}; got {value!r}", field=field, value=value
-        )
 
 
 def loss_normalizer(

@@ -185,6 +185,11 @@ def run(
     from agl_torch.learner import Learner
     from agl_torch.policy import load_policy
     from agl_torch.rl import LightningRLTorch
+    from agl_torch.settings import (
+        CheckpointSettings,
+        LearnerSettings,
+        ServingSettings,
+    )
     from agl_torch.tiny import build_tiny_model, build_tokenizer
 
     console = Console(stderr=True)
@@ -206,7 +211,8 @@ def run(
         f"(the calculator in {tool_share:.0%} of them), {warmup_epochs} epochs"
     )
     model, tokenizer = load_policy(base, device="cpu")
-    learner = Learner(model, tokenizer, lr=warmup_lr, max_grad_norm=None, seed=seed, device="cpu")
+    warmup = LearnerSettings(lr=warmup_lr, max_grad_norm=None, seed=seed)
+    learner = Learner(model, tokenizer, warmup, device="cpu")
     _warm_up(learner, demos, warmup_epochs, seed, progress, console)
     warm = run_dir / "warm-model"
     learner.save_pretrained(warm)
@@ -217,13 +223,10 @@ def run(
     )
     algorithm = LightningRLTorch(
         warm,
-        n_samples=samples,
-        batch_size=tasks_per_step,
-        max_steps=steps,
-        lr=lr,
-        seed=seed,
-        device="cpu",
-        checkpoint_every=10,
+        loop=agl.LoopSettings(n_samples=samples, batch_size=tasks_per_step, max_steps=steps),
+        learner=LearnerSettings(lr=lr, seed=seed),
+        serving=ServingSettings(device="cpu"),
+        checkpoints=CheckpointSettings(every=10),
     )
     trainer = agl.Trainer(
         algorithm=algorithm,

@@ -9,7 +9,7 @@ weights to the server, which swaps them in between generation batches: requests 
 finish on the weights they started with, and every response names its weight version.
 
 Checkpoints go to ``<run_dir>/checkpoints/step-000012/`` (see
-:meth:`agl_torch.learner.Learner.save_checkpoint`); the last ``keep_checkpoints`` are kept.
+:meth:`agl_torch.learner.Learner.save_checkpoint`); the last ``checkpoints.keep`` are kept.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import JsonValue
-
 from agl.algorithm import AlgorithmContext
 from agl.errors import InvalidInputError
 from agl.resources import LLM
+from agl.settings import SamplingSettings
+from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
-__all__ = ["MODEL_ENV", "CheckpointSettings", "ServedPolicy", "find_checkpoint"]
+__all__ = ["MODEL_ENV", "ServedPolicy", "find_checkpoint"]
 
 MODEL_ENV = "AGL_TORCH_MODEL"
 """The model folder agl-torch's algorithms train when built without one (by name, say)."""
@@ -40,22 +39,6 @@ logger = logging.getLogger(__name__)
 CHECKPOINTS_DIR = "checkpoints"
 _STEP_PREFIX = "step-"
 _COMPLETE_MARKER = "state.json"  # written last by Learner.save_checkpoint
-
-
-@dataclass
-class CheckpointSettings:
-    """When a run saves and where it resumes from.
-
-    Attributes:
-        every: Save after every this many steps (0: never; the final model is still saved).
-        keep: How many of the latest checkpoints to keep.
-        resume: False starts fresh; True resumes from the latest complete checkpoint in the
-            run directory, if there is one; a path resumes from that checkpoint folder.
-    """
-
-    every: int = 1
-    keep: int = 2
-    resume: bool | str | os.PathLike[str] = False
 
 
 def find_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
@@ -78,20 +61,16 @@ class ServedPolicy:
     Args:
         model: A Hugging Face model folder (``save_pretrained`` output; tiny ones:
             :func:`agl_torch.tiny.build_tiny_model`).
-        learner_options: Keyword arguments of :class:`~agl_torch.learner.Learner`.
-        model_name: The model name agents send (and the server reports).
-        sampling_parameters: Published in the LLM resource (agents may pass them on).
-        max_batch_size: Requests the server generates for at once.
-        device: Where to train and serve (default: CUDA when present, else CPU).
+        learner: How the :class:`~agl_torch.learner.Learner` updates it.
+        sampling: Published in the LLM resource (agents may pass the parameters on).
+        serving: The model name, the server's batch size and the device.
         checkpoints: When to save, and whether to resume.
     """
 
     model: str | os.PathLike[str]
-    learner_options: Mapping[str, Any] = field(default_factory=dict)
-    model_name: str = "policy"
-    sampling_parameters: Mapping[str, JsonValue] = field(default_factory=dict)
-    max_batch_size: int = 64
-    device: str | None = None
+    learner_settings: LearnerSettings = field(default_factory=LearnerSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    serving: ServingSettings = field(default_factory=ServingSettings)
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
 
     def __post_init__(self) -> None:
@@ -120,23 +99,25 @@ class ServedPolicy:
         self.server = await asyncio.to_thread(self._start_server, path)
         if checkpoint is not None or self.learner.lora is not None:
             await self.publish()
-        return await ctx.serve_llm([self.server.url], self.model_name, self.sampling_parameters)
+        return await ctx.serve_llm(
+            [self.server.url], self.serving.model_name, self.sampling.parameters()
+        )
 
     def _build_learner(self, path: Path) -> Any:
         from agl_torch.learner import Learner
         from agl_torch.policy import load_policy
 
-        model, tokenizer = load_policy(path, device=self.device)
-        return Learner(model, tokenizer, device=self.device, **dict(self.learner_options))
+        model, tokenizer = load_policy(path, device=self.serving.device)
+        return Learner(model, tokenizer, self.learner_settings, device=self.serving.device)
 
     def _start_server(self, path: Path) -> Any:
         from agl_torch.server import PolicyServer
 
         server = PolicyServer(
             path,
-            model_name=self.model_name,
-            device=self.device,
-            max_batch_size=self.max_batch_size,
+            model_name=self.serving.model_name,
+            device=self.serving.device,
+            max_batch_size=self.serving.max_batch_size,
         )
         server.start()
         return server

@@ -10,7 +10,7 @@ Two sources of examples, usable together:
   chat template's generation mask). :func:`train_on_messages` does the same outside a run
   (a warm-up before RL, as the quickstart does);
 - **the best rollouts of each step** (rejection-sampling fine-tuning): every step runs
-  ``n_samples`` rollouts per task, keeps the ``top_k`` best of each task whose reward reaches
+  ``loop.n_samples`` rollouts per task, keeps the ``top_k`` best of each task whose reward reaches
   ``min_reward``, and trains on their transitions' response tokens (the exact token ids the
   engine produced, so nothing is re-tokenized).
 
@@ -31,7 +31,9 @@ from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, best_transitions
 from agl.resources import Resource
-from agl_torch.served_policy import MODEL_ENV, CheckpointSettings, ServedPolicy
+from agl.settings import SamplingSettings, settings
+from agl_torch.served_policy import MODEL_ENV, ServedPolicy
+from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
 if TYPE_CHECKING:
     from agl_torch.data import SFTExample
@@ -113,10 +115,10 @@ class SFTTorch(StepAlgorithm):
         max_length: Longer conversations are dropped (counted).
         top_k / min_reward: Which rollouts of each step to learn from (see
             :func:`best_transitions`).
-        resource / model_name / n_epochs / batch_size / n_samples / max_steps / lr /
-            weight_decay / max_grad_norm / micro_batch_tokens / lora / seed / temperature /
-            max_tokens / max_batch_size / device / checkpoint_every / keep_checkpoints /
-            resume: As in :class:`~agl_torch.rl.LightningRLTorch`.
+        resource / loop / sampling / serving / checkpoints: As in
+            :class:`~agl_torch.rl.LightningRLTorch` (``loop.n_samples`` is 4 by default).
+        learner: The update (:class:`~agl_torch.settings.LearnerSettings`; its PPO and KL
+            fields do not apply to SFT; ``seed`` also orders the conversations).
     """
 
     name = "sft-torch"
@@ -133,24 +135,11 @@ class SFTTorch(StepAlgorithm):
         top_k: int = 1,
         min_reward: float = 1.0,
         resource: str = "llm",
-        model_name: str = "policy",
-        n_epochs: int = 1,
-        batch_size: int | None = None,
-        n_samples: int = 4,
-        max_steps: int | None = None,
-        lr: float = 1e-5,
-        weight_decay: float = 0.0,
-        max_grad_norm: float | None = 1.0,
-        micro_batch_tokens: int = 8192,
-        lora: Any = None,
-        seed: int = 0,
-        temperature: float = 1.0,
-        max_tokens: int | None = None,
-        max_batch_size: int = 64,
-        device: str | None = None,
-        checkpoint_every: int = 1,
-        keep_checkpoints: int = 2,
-        resume: bool | str | os.PathLike[str] = False,
+        loop: LoopSettings | None = None,
+        learner: LearnerSettings | None = None,
+        sampling: SamplingSettings | None = None,
+        serving: ServingSettings | None = None,
+        checkpoints: CheckpointSettings | None = None,
     ) -> None:
         self.model = model_or_env(model, MODEL_ENV)
         self.messages = messages
@@ -161,29 +150,16 @@ class SFTTorch(StepAlgorithm):
         self.top_k = top_k
         self.min_reward = min_reward
         self.resource = resource
-        self.loop = LoopSettings(
-            n_epochs=n_epochs, batch_size=batch_size, n_samples=n_samples, max_steps=max_steps
-        )
+        self.loop = settings("loop", loop, LoopSettings(n_samples=4))
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
         self.lightning = LightningRL(drop_zero_variance=False)
-        self.seed = seed
-        self.learner_options: dict[str, Any] = {
-            "lr": lr,
-            "weight_decay": weight_decay,
-            "max_grad_norm": max_grad_norm,
-            "micro_batch_tokens": micro_batch_tokens,
-            "lora": lora,
-            "seed": seed,
-        }
+        self.learner = settings("learner", learner, LearnerSettings())
         self.policy = ServedPolicy(
             self.model or "",
-            learner_options=self.learner_options,
-            model_name=model_name,
-            sampling_parameters={"temperature": temperature}
-            | ({} if max_tokens is None else {"max_tokens": max_tokens}),
-            max_batch_size=max_batch_size,
-            device=device,
-            checkpoints=CheckpointSettings(checkpoint_every, keep_checkpoints, resume),
+            self.learner,
+            settings("sampling", sampling, SamplingSettings()),
+            settings("serving", serving, ServingSettings()),
+            settings("checkpoints", checkpoints, CheckpointSettings()),
         )
         self.message_history: list[dict[str, float]] = []
 
@@ -209,7 +185,7 @@ class SFTTorch(StepAlgorithm):
                 batch_size=self.message_batch_size,
                 tools=self.tools,
                 max_length=self.max_length,
-                seed=self.seed,
+                seed=self.learner.seed,
             )
             for row in self.message_history:
                 ctx.log(0, {f"sft/messages/{k}": v for k, v in row.items()})

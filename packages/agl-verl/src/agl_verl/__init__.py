@@ -12,11 +12,13 @@ from agl_verl.config import VerlConfigError, build_config, validate_config
 from agl_verl.dataproto import to_dataproto
 from agl_verl.rl import LightningRLVerl
 from agl_verl.sft import SFTVerl, train_sft
+from agl_verl.sft_settings import SFTSettings
 from agl_verl.sft_trainer import SFTRun, VerlSFTError, build_sft_config, validate_sft_config
 
 __all__ = [
     "LightningRLVerl",
     "SFTRun",
+    "SFTSettings",
     "SFTVerl",
     "VerlConfigError",
     "VerlSFTError",

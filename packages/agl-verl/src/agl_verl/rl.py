@@ -4,7 +4,7 @@
 
     algorithm = LightningRLVerl(
         "Qwen/Qwen2.5-1.5B-Instruct",
-        batch_size=32, n_samples=8,
+        loop=agl.LoopSettings(batch_size=32, n_samples=8),
         config="configs/1gpu.yaml",            # verl's own config keys (a dict works too)
     )
     agl.Trainer(algorithm=algorithm).fit(agent, "train.jsonl", val_dataset="val.jsonl")
@@ -12,11 +12,11 @@
 verl's engine (FSDP workers, vLLM replicas, Ray) trains the model; agl's loop replaces verl's
 generation step. Each step:
 
-1. agl enqueues ``n_samples`` rollouts of each of ``batch_size`` tasks; runners (in this
+1. agl enqueues ``loop.n_samples`` rollouts of each of ``loop.batch_size`` tasks; runners (in this
    process, in subprocesses, or on CPU machines anywhere) run the agent, whose LLM resource
    points at agl's gateway in front of verl's vLLM servers (token ids and logprobs on);
 2. the step waits for them, each attempt bounded by the rollout config's time limits and the
-   whole wait by ``step_timeout``; failed and cancelled rollouts are dropped with a counted
+   whole wait by ``loop.step_timeout``; failed and cancelled rollouts are dropped with a counted
    reason, never trained on as reward 0;
 3. LightningRL turns the spans into transitions (credit assignment, rollout-level group
    advantages), :func:`~agl_verl.dataproto.to_dataproto` lays them out as verl's
@@ -36,12 +36,12 @@ from typing import Any
 
 import httpx
 from omegaconf import DictConfig, OmegaConf
-from pydantic import JsonValue
 
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL
 from agl.resources import LLM, Resource
+from agl.settings import SamplingSettings, settings
 from agl_verl.config import build_config, load_overrides, validate_config
 from agl_verl.dataproto import to_dataproto
 from agl_verl.engine import VerlEngine
@@ -60,12 +60,13 @@ class LightningRLVerl(StepAlgorithm):
         config: verl config overrides: a dict (nested or dotted keys), a YAML file, or YAML
             text; they win over agl's defaults and the values below.
         resource: The name of the LLM resource agents receive.
-        n_epochs / batch_size / n_samples / max_steps / step_timeout: The loop
-            (:class:`agl.StepAlgorithm`); ``batch_size`` is ``data.train_batch_size`` and
-            ``n_samples`` is ``actor_rollout_ref.rollout.n`` in verl's terms.
+        loop: The loop (:class:`agl.LoopSettings`; ``n_samples`` 4 by default): its
+            ``batch_size`` is ``data.train_batch_size`` and its ``n_samples``
+            ``actor_rollout_ref.rollout.n`` in verl's terms.
         lightning: How transitions are built (default: :class:`agl.LightningRL` with GRPO and
             verl's prompt/response length limits, over-long samples dropped and counted).
-        temperature / max_tokens: Sampling parameters published with the LLM resource.
+        sampling: Sampling parameters published with the LLM resource
+            (:class:`agl.SamplingSettings`).
         weight_advantages: Scale each sample's advantage by ``1 / samples of its rollout``, so
             a rollout that made many calls counts once (agl-torch does the same).
         engine: Build the engine from the final config (default: :class:`VerlEngine`).
@@ -79,33 +80,18 @@ class LightningRLVerl(StepAlgorithm):
         *,
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         resource: str = "llm",
-        n_epochs: int = 1,
-        batch_size: int | None = None,
-        n_samples: int = 4,
-        max_steps: int | None = None,
-        step_timeout: float | None = None,
+        loop: LoopSettings | Mapping[str, Any] | None = None,
         lightning: LightningRL | None = None,
-        temperature: float = 1.0,
-        max_tokens: int | None = None,
+        sampling: SamplingSettings | Mapping[str, Any] | None = None,
         weight_advantages: bool = True,
         engine: Any = None,
     ) -> None:
-        if n_samples < 1:
-            raise InvalidInputError(f"n_samples must be at least 1, got {n_samples}")
         self.model = model_or_env(model, MODEL_ENV)
         self.overrides = load_overrides(config)
         self.resource = resource
-        self.loop = LoopSettings(
-            n_epochs=n_epochs,
-            batch_size=batch_size,
-            n_samples=n_samples,
-            max_steps=max_steps,
-            step_timeout=step_timeout,
-        )
+        self.loop = settings("loop", loop, LoopSettings(n_samples=4))
         self._lightning = lightning
-        self.sampling: dict[str, JsonValue] = {"temperature": temperature}
-        if max_tokens is not None:
-            self.sampling["max_tokens"] = max_tokens
+        self.sampling = settings("sampling", sampling, SamplingSettings())
         self.weight_advantages = weight_advantages
         self.engine_factory = engine or VerlEngine
         self.config: DictConfig | None = None
@@ -165,7 +151,7 @@ class LightningRLVerl(StepAlgorithm):
         )
         upstreams = await asyncio.to_thread(self.engine.start)
         model_name = await served_model(upstreams[0])
-        self.llm = await ctx.serve_llm(upstreams, model_name, self.sampling)
+        self.llm = await ctx.serve_llm(upstreams, model_name, self.sampling.parameters())
         return {self.resource: self.llm}
 
     def resume_step(self) -> int:

@@ -7,8 +7,13 @@
     result.hf_model  # a Hugging Face folder vLLM serves
 
     # in a run: distil the best rollouts of a served model (same tokenizer) into the student
-    algorithm = SFTVerl("Qwen/Qwen2.5-1.5B-Instruct", llm="http://teacher:8000/v1",
-                        n_samples=4, min_reward=1.0, config={"trainer.n_gpus_per_node": 8})
+    algorithm = SFTVerl(
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        llm="http://teacher:8000/v1",
+        min_reward=1.0,
+        loop=agl.LoopSettings(n_samples=4),
+        sft=SFTSettings(config={"trainer.n_gpus_per_node": 8}),
+    )
     agl.Trainer(algorithm=algorithm).fit(agent, "train.jsonl")
 
 verl (FSDP, its SFT loss, checkpoints) does the training, in its own processes
@@ -18,7 +23,7 @@ verl (FSDP, its SFT loss, checkpoints) does the training, in its own processes
   reads), rendered by verl's multi-turn SFT dataset with the model's chat template, the loss
   on assistant turns; ``"sft-verl"`` trains on them before the first rollout;
 - **the best rollouts of each step** (rejection sampling / distillation): ``"sft-verl"`` runs
-  ``n_samples`` rollouts per task against ``llm`` (an OpenAI-compatible server with token
+  ``loop.n_samples`` rollouts per task against ``llm`` (an OpenAI-compatible server with token
   ids, vLLM for one, behind agl's gateway), keeps each task's ``top_k`` best rewarded
   ``min_reward`` or more, and trains on their transitions' exact token ids every
   ``train_every`` steps and after the last. The served model must share the student's
@@ -42,23 +47,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import JsonValue
-
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
 from agl.lightning import LightningRL, Transition, best_transitions
 from agl.resources import LLM, Resource
+from agl.settings import SamplingSettings, settings
 from agl_verl.rl import MODEL_ENV, served_model
 from agl_verl.sft_data import (
     token_rows_from_transitions,
     write_conversation_rows,
     write_token_rows,
 )
+from agl_verl.sft_settings import SFTSettings
 from agl_verl.sft_state import SFTState
 from agl_verl.sft_trainer import (
     DataKind,
-    Launcher,
     SFTRun,
     build_sft_config,
     run_verl_sft,
@@ -66,7 +70,7 @@ from agl_verl.sft_trainer import (
     validate_sft_config,
 )
 
-__all__ = ["SFTVerl", "train_sft"]
+__all__ = ["SFTSettings", "SFTVerl", "train_sft"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,15 +84,7 @@ def train_sft(
     messages: DatasetSource | Sequence[Any] | None = None,
     transitions: Sequence[Transition] | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
-    config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
-    batch_size: int | None = None,
-    micro_batch_size: int | None = None,
-    max_length: int = 2048,
-    epochs: int = 1,
-    lr: float | None = None,
-    launcher: Launcher = "torchrun",
-    nproc_per_node: int | None = None,
-    env: Mapping[str, str] | None = None,
+    sft: SFTSettings | Mapping[str, Any] | None = None,
     on_step: StepCallback | None = None,
     progress: bool = True,
 ) -> SFTRun:
@@ -104,14 +100,10 @@ def train_sft(
         transitions: Or transitions: their exact prompt and response token ids, the loss on
             the response's unmasked tokens.
         tools: Tools rendered into every conversation (unless it has its own).
-        config: verl SFT config overrides (a dict, nested or dotted, a YAML file or text);
-            they win over the values below.
-        batch_size / micro_batch_size / max_length / epochs / lr: ``data.train_batch_size``
-            (default: agl's 32, or fewer when the data is smaller), ``data.
-            micro_batch_size_per_gpu``, ``data.max_length`` (longer samples are dropped and
-            counted, never truncated), ``trainer.total_epochs``, ``optim.lr``.
-        launcher / nproc_per_node / env / on_step: As in :func:`~agl_verl.sft_trainer.
-            run_verl_sft`.
+        sft: verl's SFT trainer: config overrides, batch sizes, epochs, maximum length,
+            learning rate, launcher (:class:`~agl_verl.sft_settings.SFTSettings`, or a mapping
+            of its fields).
+        on_step: Called with (step, steps in all, metrics) after each of verl's steps.
         progress: Show a progress bar (steps, loss) on the console while verl trains.
 
     Returns:
@@ -124,6 +116,7 @@ def train_sft(
         VerlConfigError: the config cannot run (checked before verl starts).
         VerlSFTError: verl's trainer failed (the message ends with its log).
     """
+    options = settings("sft", sft, SFTSettings())
     path = model_or_env(model, MODEL_ENV)
     if path is None:
         raise InvalidInputError(
@@ -138,7 +131,7 @@ def train_sft(
     data_file = folder / "data.parquet"
     if transitions is not None:
         written = write_token_rows(
-            data_file, token_rows_from_transitions(transitions), max_length=max_length
+            data_file, token_rows_from_transitions(transitions), max_length=options.max_length
         )
         kind: DataKind = "tokens"
     else:
@@ -147,7 +140,11 @@ def train_sft(
         conversations = _conversations(messages)
         tokenizer = AutoTokenizer.from_pretrained(path)
         written = write_conversation_rows(
-            data_file, conversations, tokenizer=tokenizer, max_length=max_length, tools=tools
+            data_file,
+            conversations,
+            tokenizer=tokenizer,
+            max_length=options.max_length,
+            tools=tools,
         )
         kind = "chat"
     if written.rows == 0:
@@ -156,18 +153,18 @@ def train_sft(
             field="transitions" if transitions is not None else "messages",
         )
     sft_config = build_sft_config(
-        config,
+        options.config,
         model_path=path,
         train_files=data_file,
         data=kind,
         output_dir=folder,
-        batch_size=batch_size,
-        micro_batch_size=micro_batch_size,
-        max_length=max_length,
-        epochs=epochs,
-        lr=lr,
+        batch_size=options.batch_size,
+        micro_batch_size=options.micro_batch_size,
+        max_length=options.max_length,
+        epochs=options.epochs,
+        lr=options.lr,
     )
-    if batch_size is None and "train_batch_size" not in _keys(config, "data"):
+    if options.batch_size is None and "train_batch_size" not in _keys(options.config, "data"):
         # agl's default batch, or the whole data when it is smaller (still split evenly).
         ranks = int(sft_config.trainer.n_gpus_per_node) * int(sft_config.trainer.nnodes)
         fitted = min(int(sft_config.data.train_batch_size), written.rows)
@@ -177,9 +174,9 @@ def train_sft(
     with _progress(progress, total, on_step) as callback:
         run = run_verl_sft(
             sft_config,
-            launcher=launcher,
-            nproc_per_node=nproc_per_node,
-            env=env,
+            launcher=options.launcher,
+            nproc_per_node=options.nproc_per_node,
+            env=options.env,
             total_steps=total,
             on_step=callback,
         )
@@ -241,16 +238,13 @@ class SFTVerl(StepAlgorithm):
             best rewarded ``min_reward`` or more).
         train_every: Train on the kept samples every this many steps (None: once, after the
             last step).
-        config: verl SFT config overrides (see :func:`train_sft`).
-        n_epochs / batch_size / n_samples / max_steps / step_timeout: The rollout loop
-            (:class:`agl.StepAlgorithm`): tasks per step, rollouts per task.
-        sft_batch_size / micro_batch_size / sft_epochs / max_length / lr: verl's
-            ``data.train_batch_size``, ``data.micro_batch_size_per_gpu``,
-            ``trainer.total_epochs``, ``data.max_length``, ``optim.lr`` for each round.
-        launcher / nproc_per_node / env: How verl's trainer starts (see
-            :func:`~agl_verl.sft_trainer.run_verl_sft`).
-        resource / temperature / max_tokens: The LLM resource agents receive, and its
-            sampling parameters.
+        resource: The name of the LLM resource agents receive.
+        loop: The rollout loop (:class:`agl.LoopSettings`: tasks per step, rollouts per task
+            (4 by default), epochs, step limit and timeout).
+        sampling: Sampling parameters published with the LLM resource
+            (:class:`agl.SamplingSettings`).
+        sft: verl's SFT trainer for each round (:class:`~agl_verl.sft_settings.SFTSettings`:
+            config overrides, batch sizes, epochs, maximum length, learning rate, launcher).
         resume: Continue a run that stopped, from the state saved after its last step in
             ``<run_dir>/sft-verl/`` (:mod:`agl_verl.sft_state`): the rounds already trained
             are not trained again, the next round starts from the last one's model, and the
@@ -274,23 +268,10 @@ class SFTVerl(StepAlgorithm):
         top_k: int = 1,
         min_reward: float = 1.0,
         train_every: int | None = None,
-        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
-        n_epochs: int = 1,
-        batch_size: int | None = None,
-        n_samples: int = 4,
-        max_steps: int | None = None,
-        step_timeout: float | None = None,
-        sft_batch_size: int | None = None,
-        micro_batch_size: int | None = None,
-        sft_epochs: int = 1,
-        max_length: int = 2048,
-        lr: float | None = None,
-        launcher: Launcher = "torchrun",
-        nproc_per_node: int | None = None,
-        env: Mapping[str, str] | None = None,
         resource: str = "llm",
-        temperature: float = 1.0,
-        max_tokens: int | None = None,
+        loop: LoopSettings | Mapping[str, Any] | None = None,
+        sampling: SamplingSettings | Mapping[str, Any] | None = None,
+        sft: SFTSettings | Mapping[str, Any] | None = None,
         resume: bool = False,
     ) -> None:
         if train_every is not None and train_every < 1:
@@ -305,30 +286,12 @@ class SFTVerl(StepAlgorithm):
         self.top_k = top_k
         self.min_reward = min_reward
         self.train_every = train_every
-        self.loop = LoopSettings(
-            n_epochs=n_epochs,
-            batch_size=batch_size,
-            n_samples=n_samples,
-            max_steps=max_steps,
-            step_timeout=step_timeout,
-        )
+        self.loop = settings("loop", loop, LoopSettings(n_samples=4))
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
         self.lightning = LightningRL(drop_zero_variance=False)
         self.resource = resource
-        self.sampling: dict[str, JsonValue] = {"temperature": temperature}
-        if max_tokens is not None:
-            self.sampling["max_tokens"] = max_tokens
-        self.sft_options: dict[str, Any] = {
-            "config": config,
-            "batch_size": sft_batch_size,
-            "micro_batch_size": micro_batch_size,
-            "epochs": sft_epochs,
-            "max_length": max_length,
-            "lr": lr,
-            "launcher": launcher,
-            "nproc_per_node": nproc_per_node,
-            "env": env,
-        }
+        self.sampling = settings("sampling", sampling, SamplingSettings())
+        self.sft = settings("sft", sft, SFTSettings())
         self.trained_model: Path | None = None
         self.rounds: list[SFTRun] = []
         self.pending: list[Transition] = []
@@ -373,7 +336,7 @@ class SFTVerl(StepAlgorithm):
         if not self.upstreams:
             return {}
         name = self.model_name or await served_model(self.upstreams[0])
-        llm: LLM = await ctx.serve_llm(self.upstreams, name, self.sampling)
+        llm: LLM = await ctx.serve_llm(self.upstreams, name, self.sampling.parameters())
         return {self.resource: llm}
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
@@ -385,7 +348,7 @@ class SFTVerl(StepAlgorithm):
         due = last or (self.train_every is not None and batch.step % self.train_every == 0)
         # A round before the last waits for a full SFT batch; the last trains what there is
         # (too little for the batch is then an error naming both numbers).
-        enough = len(self.pending) >= (self.sft_options["batch_size"] or 1)
+        enough = len(self.pending) >= (self.sft.batch_size or 1)
         if due and self.pending and (enough or last):
             run = await self._train(ctx, f"step-{batch.step}", transitions=self.pending)
             self.pending = []
@@ -410,8 +373,8 @@ class SFTVerl(StepAlgorithm):
             output_dir=self.root / label,
             tools=self.tools,
             **data,
+            sft=self.sft,
             progress=False,  # the run's own display is live
-            **self.sft_options,
         )
         self.rounds.append(run)
         if run.hf_model is not None:
