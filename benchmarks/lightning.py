@@ -9,7 +9,7 @@ starts; token-id lists are shared between rollouts to keep memory small, which c
 in what is timed (the per-call path never copies them; trajectory mode compares them).
 
 Timed, median of ``--repeat`` runs, in this process (one core):
-- ``LightningRL().build`` (join, tree repair, attribution, credit, GRPO, samples);
+- ``TransitionBuilder().build`` (join, tree repair, attribution, credit, GRPO, samples);
 - the same with ``credit="discounted"`` and ``trajectory=True`` (prompts extend each other);
 - ``TransitionBatch.to_arrays`` on the per-call batch (padded numpy arrays).
 
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
-from agl.lightning import LightningRL
+from agl.lightning import TransitionBuilder
 from agl.results import RolloutResult, summarize
 from agl.spans import new_span_id, new_trace_id
 
@@ -186,7 +186,7 @@ def main() -> None:
     print(f"{spans:,} spans; {total_calls:,} calls; timing (median of {args.repeat}):")
 
     figures: dict[str, float] = {}
-    per_call = LightningRL()
+    per_call = TransitionBuilder()
     figures["build"], batch = timed(
         "build: final reward, GRPO, one sample per call",
         lambda: per_call.build(results),
@@ -201,7 +201,7 @@ def main() -> None:
     dropped = batch.report.dropped_calls.get("zero_variance_group", 0)
     if len(batch) != expected or dropped != total_calls - expected:
         raise SystemExit(f"wrong batch: {batch!r}, expected {expected} samples")
-    discounted = LightningRL(credit="discounted", trajectory=True)
+    discounted = TransitionBuilder(credit="discounted", trajectory=True)
     figures["trajectory"], merged = timed(
         "build: discounted, trajectory mode (merged)",
         lambda: discounted.build(results),

@@ -22,7 +22,7 @@ through agl's gateway, and prints each step's calls and transitions per agent fr
 metrics. The tiny model starts from random weights, so its calls are noise and every reward is
 0: the run shows the machinery (token ids, attribution, the update), not learning. It keeps
 groups whose rewards are all equal (advantage 0) so that the transitions exist to look at; with
-a real model, leave :class:`agl.LightningRL` at its default and drop them.
+a real model, leave :class:`agl.TransitionBuilder` at its default and drop them.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def train(
         learner=LearnerSettings(lr=lr),
         sampling=agl.SamplingSettings(max_tokens=max_tokens),
         # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        lightning=agl.LightningRL(drop_zero_variance=False),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
         checkpoints=CheckpointSettings(every=0),
     )
     trainer = agl.Trainer(

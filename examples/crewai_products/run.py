@@ -28,7 +28,7 @@ agent's role and records the model calls with their response ids:
 The tiny model starts from random weights, so its answers are noise and every reward is 0: the
 run shows the machinery (token ids, attribution, the update), not learning. It keeps groups
 whose rewards are all equal (advantage 0) so that the transitions exist to look at; with a real
-model, leave :class:`agl.LightningRL` at its default and drop them.
+model, leave :class:`agl.TransitionBuilder` at its default and drop them.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def train(
         learner=LearnerSettings(lr=lr),
         sampling=agl.SamplingSettings(max_tokens=max_tokens),
         # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        lightning=agl.LightningRL(drop_zero_variance=False),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
         checkpoints=CheckpointSettings(every=0),
     )
     trainer = agl.Trainer(

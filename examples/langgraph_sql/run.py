@@ -28,7 +28,7 @@ each LLM call belongs to an agent:
 The tiny model starts from random weights, so its queries are noise and every reward is 0:
 the run shows the machinery (token ids, attribution, the update), not learning. It keeps
 groups whose rewards are all equal (advantage 0) so that the transitions exist to look at;
-with a real model, leave :class:`agl.LightningRL` at its default and drop them.
+with a real model, leave :class:`agl.TransitionBuilder` at its default and drop them.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def train(
         learner=LearnerSettings(lr=lr),
         sampling=agl.SamplingSettings(max_tokens=max_tokens),
         # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        lightning=agl.LightningRL(drop_zero_variance=False),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
         checkpoints=CheckpointSettings(every=0),
     )
     trainer = agl.Trainer(

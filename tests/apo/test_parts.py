@@ -155,7 +155,7 @@ def test_the_token_budget_waits_for_calls_in_flight_and_refuses_what_cannot_fit(
 
 def test_apo_builds_without_arguments_and_checks_its_options() -> None:
     apo = APO()
-    assert (apo.name, apo.follows_loop, apo.lightning) == ("apo", True, None)
+    assert (apo.name, apo.follows_loop, apo.transitions) == ("apo", True, None)
     assert (apo.loop.max_steps, apo.loop.n_epochs) == (
         apo.budgets.max_rounds,
         apo.budgets.max_rounds,

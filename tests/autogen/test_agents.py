@@ -23,7 +23,7 @@ from autogen_core.tools import FunctionTool
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import agl
-from agl import LightningRL, semconv
+from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
 from agl.results import fetch_results
@@ -177,7 +177,7 @@ async def test_lightningrl_trains_only_the_selected_agent(
 ) -> None:
     ids = [(await run(discuss, store, tracer, gateway, reward=r))[0] for r in (1.0, 0.0)]
     results = await fetch_results(store, [await store.get_rollout(i) for i in ids])
-    batch = LightningRL(agents=["critic"]).build(results)
+    batch = TransitionBuilder(agents=["critic"]).build(results)
     assert [t.agent for t in batch] == ["critic", "critic"]
     assert [t.reward for t in batch] == [1.0, 0.0]
     assert batch[0].advantage > 0 > batch[1].advantage

@@ -67,7 +67,7 @@ class _Recorder(agl.StepAlgorithm):
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.lightning = agl.LightningRL(drop_zero_variance=False)
+        self.transitions = agl.TransitionBuilder(drop_zero_variance=False)
         self.agents: set[str | None] = set()
 
     async def setup(self, ctx: agl.AlgorithmContext) -> dict[str, agl.Resource]:

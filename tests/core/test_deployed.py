@@ -16,7 +16,7 @@ import pytest
 
 import agl
 from agl import RolloutRequest, RolloutStatus, semconv
-from agl.lightning import LightningRL, extract_calls
+from agl.lightning import TransitionBuilder, extract_calls
 from agl.results import fetch_results
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
@@ -139,7 +139,7 @@ async def test_every_finished_rollout_has_its_calls_token_ids_with_a_remote_gate
                 assert len(calls.calls) == 2
                 assert all(call.has_tokens for call in calls.calls), calls
                 assert calls.counts.get("instrumented_only", 0) == 0
-                batch = LightningRL(drop_zero_variance=False).build([result])
+                batch = TransitionBuilder(drop_zero_variance=False).build([result])
                 assert batch.report.transitions == 2, batch.report
                 assert not batch.report.dropped_calls, batch.report
                 checked += 1

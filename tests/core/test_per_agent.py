@@ -18,7 +18,7 @@ import pytest
 
 import agl
 from agl import LLM, InvalidInputError, PromptTemplate, Resource
-from agl.lightning import LightningRL
+from agl.lightning import TransitionBuilder
 from agl.testing.openai_server import OpenAIServer, echo
 
 SEEN: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -65,7 +65,7 @@ class WriterRL(agl.StepAlgorithm):
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.lightning = LightningRL()
+        self.transitions = TransitionBuilder()
         self.batches: list[agl.StepBatch] = []
         self.llm: LLM | None = None
 
@@ -398,7 +398,9 @@ def test_a_run_whose_rollouts_record_no_llm_call_is_warned_about(
 def test_an_algorithms_own_agents_rule_narrows_what_it_trains(tmp_path: Path) -> None:
     with OpenAIServer(echo) as server:
         writer = WriterRL(server.url)
-        writer.lightning = LightningRL(agents="re:wri.*")  # alone in the run: owns every call
+        writer.transitions = TransitionBuilder(
+            agents="re:wri.*"
+        )  # alone in the run: owns every call
         trainer = agl.Trainer(
             writer,
             resources={

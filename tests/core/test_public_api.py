@@ -20,7 +20,7 @@ EXPECTED = {
     "Worker", "open_store", "register_resource_type", "resource_types", "NoRolloutError",
     "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
-    "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "LightningRL",
+    "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "TransitionBuilder",
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
     "SamplingSettings",
 }  # fmt: skip
@@ -32,7 +32,7 @@ FACADES = {
     "agl.lightning": {
         "GRPO", "INFRASTRUCTURE_STATUSES", "RLOO", "AdvantageEstimator", "AgentSelector",
         "AgentStats", "AttemptCalls", "CreditAssigner", "DiscountedReturn", "DropReport",
-        "FinalReward", "Group", "LLMCall", "LightningRL", "Reinforce", "StepRewards",
+        "FinalReward", "Group", "LLMCall", "TransitionBuilder", "Reinforce", "StepRewards",
         "Transition", "TransitionBatch", "agent_stats", "agent_steps_table", "agents_table",
         "best_transitions", "extract_calls",
     },

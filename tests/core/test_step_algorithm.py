@@ -68,3 +68,13 @@ def test_model_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGL_SOME_MODEL", "models/x")
     assert model_or_env(None, "AGL_SOME_MODEL") == "models/x"
     assert model_or_env(Path("models/y"), "AGL_SOME_MODEL") == "models/y"
+
+
+def test_the_old_name_lightning_says_what_it_is_now() -> None:
+    baseline = agl.Baseline()
+    with pytest.raises(AttributeError, match=r"named transitions.*agl\.TransitionBuilder"):
+        baseline.lightning = agl.TransitionBuilder()  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match=r"Old sets lightning: .*transitions = agl"):
+
+        class Old(agl.StepAlgorithm):  # read by nobody, were it allowed
+            lightning = agl.TransitionBuilder()

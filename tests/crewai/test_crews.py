@@ -20,7 +20,7 @@ from crewai.tools import tool
 from pydantic import BaseModel
 
 import agl
-from agl import LightningRL, semconv
+from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.results import fetch_results
 from agl.store.memory import MemoryStore
@@ -278,7 +278,7 @@ async def test_lightningrl_trains_only_the_selected_agent(
 ) -> None:
     ids = [(await run(sequential, store, tracer, gateway, reward=r))[0] for r in (1.0, 0.0)]
     results = await fetch_results(store, [await store.get_rollout(i) for i in ids])
-    batch = LightningRL(agents=["checker"]).build(results)
+    batch = TransitionBuilder(agents=["checker"]).build(results)
     assert [t.agent for t in batch] == ["checker", "checker"]
     assert [t.reward for t in batch] == [1.0, 0.0]
     assert batch[0].advantage > 0 > batch[1].advantage

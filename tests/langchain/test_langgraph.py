@@ -22,7 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel
 
 import agl
-from agl import LightningRL, semconv
+from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
 from agl.results import fetch_results
@@ -278,7 +278,7 @@ async def test_lightningrl_trains_only_the_selected_agent(
 
     ids = [(await run(agent, store, tracer, gateway, reward=r))[0] for r in (1.0, 0.0)]
     results = await fetch_results(store, [await store.get_rollout(i) for i in ids])
-    batch = LightningRL(agents=["writer"]).build(results)
+    batch = TransitionBuilder(agents=["writer"]).build(results)
     assert [t.agent for t in batch] == ["writer", "writer"]
     assert [t.reward for t in batch] == [1.0, 0.0]
     assert batch[0].advantage > 0 > batch[1].advantage

@@ -18,7 +18,7 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
 from openai import AsyncOpenAI
 
 import agl
-from agl import LightningRL, semconv
+from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
 from agl.results import fetch_results
@@ -212,7 +212,7 @@ async def test_lightningrl_trains_only_the_selected_agent(
 ) -> None:
     ids = [(await run(ask, store, tracer, gateway, reward=r))[0] for r in (1.0, 0.0)]
     results = await fetch_results(store, [await store.get_rollout(i) for i in ids])
-    batch = LightningRL(agents=["specialist"]).build(results)
+    batch = TransitionBuilder(agents=["specialist"]).build(results)
     assert [t.agent for t in batch] == ["specialist", "specialist"]
     assert [t.reward for t in batch] == [1.0, 0.0]
     assert batch[0].advantage > 0 > batch[1].advantage

@@ -57,7 +57,7 @@ def test_a_short_rl_run_on_cuda(tiny_model_dir: Path, tmp_path: Path) -> None:
         learner=LearnerSettings(lr=1e-4),
         sampling=agl.SamplingSettings(max_tokens=16),
         serving=ServingSettings(device="cuda"),
-        lightning=agl.LightningRL(drop_zero_variance=False),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
     )
     agl.Trainer(algorithm=algorithm, run_dir=tmp_path, progress=False, console=False).fit(
         calculator_agent, tasks(12, seed=1)

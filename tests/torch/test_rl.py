@@ -58,7 +58,7 @@ def test_resume_continues_from_the_checkpointed_step(tiny_model_dir: Path, tmp_p
             learner=LearnerSettings(lr=1e-3),
             sampling=agl.SamplingSettings(max_tokens=8),
             # a random model's rewards are all 0: keep those groups so every step updates
-            lightning=agl.LightningRL(drop_zero_variance=False),
+            transitions=agl.TransitionBuilder(drop_zero_variance=False),
             checkpoints=CheckpointSettings(every=1, keep=2, resume=resume),
         )
 
@@ -188,7 +188,7 @@ def test_lora_run_serves_merged_weights_and_saves_the_adapter(
         loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),
         learner=LearnerSettings(lr=1e-2, lora=LoraSettings(r=4, alpha=8)),
         sampling=agl.SamplingSettings(max_tokens=8),
-        lightning=agl.LightningRL(drop_zero_variance=False),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
     )
     _trainer(tmp_path, algorithm).fit(calculator_agent, tasks(4, seed=1))
     rows = [row for row in read_metrics(tmp_path) if "actor/loss" in row]

@@ -57,7 +57,7 @@ def test_two_models_train_at_once_each_on_its_own_agents_calls(tmp_path: Path) -
             loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),
             sampling=agl.SamplingSettings(max_tokens=6),
             # a random model's rewards may tie within a group: keep those groups too
-            lightning=agl.LightningRL(drop_zero_variance=False),
+            transitions=agl.TransitionBuilder(drop_zero_variance=False),
         )
 
     writer, checker = algorithm("writer", "llm"), algorithm("checker", "checker_llm")

@@ -19,7 +19,7 @@ import pytest
 
 import agl
 from agl import InvalidInputError, RolloutConfig
-from agl.lightning import LightningRL
+from agl.lightning import TransitionBuilder
 from agl.testing._openai_wire import EOS_ID, encode, render_chat
 from agl.testing.openai_server import OpenAIServer, echo, tool_reply
 
@@ -107,7 +107,7 @@ def test_every_call_is_joined_and_attributed(results: list[agl.RolloutResult]) -
 
 
 def test_per_call_transitions_with_group_advantages(results: list[agl.RolloutResult]) -> None:
-    batch = LightningRL(agents=["writer", "checker"], credit="step").build(results, step=3)
+    batch = TransitionBuilder(agents=["writer", "checker"], credit="step").build(results, step=3)
     report = batch.report
 
     # only the "even" task's two rollouts teach anything: 3 calls each
@@ -142,7 +142,9 @@ def test_per_call_transitions_with_group_advantages(results: list[agl.RolloutRes
 
 
 def test_trajectory_mode_merges_the_writers_turns(results: list[agl.RolloutResult]) -> None:
-    batch = LightningRL(agents="writer", trajectory=True, drop_zero_variance=False).build(results)
+    batch = TransitionBuilder(agents="writer", trajectory=True, drop_zero_variance=False).build(
+        results
+    )
     assert len(batch) == 4  # one sample per succeeded rollout
     for t in batch:
         q = next(r.rollout.input for r in results if r.rollout.rollout_id == t.rollout_id)
@@ -164,24 +166,24 @@ def test_trajectory_mode_merges_the_writers_turns(results: list[agl.RolloutResul
 
 
 def test_drops_are_counted_never_raised(results: list[agl.RolloutResult]) -> None:
-    everything = LightningRL(agents="*", advantage="reinforce").build(results)
+    everything = TransitionBuilder(agents="*", advantage="reinforce").build(results)
     assert everything.report.dropped_calls["no_token_ids"] == 4  # the judge's calls
-    short = LightningRL(agents="writer", max_prompt_length=10, advantage="reinforce")
+    short = TransitionBuilder(agents="writer", max_prompt_length=10, advantage="reinforce")
     assert short.build(results).report.dropped_calls["prompt_too_long"] == 8
-    lenient = LightningRL(agents="checker", failed_reward=0.0, advantage="reinforce")
+    lenient = TransitionBuilder(agents="checker", failed_reward=0.0, advantage="reinforce")
     report = lenient.build(results).report
     assert "rollout_failed" not in report.dropped_rollouts
     assert report.dropped_rollouts["infrastructure_failure"] == 2
-    none = LightningRL(agents="nobody").build(results)
+    none = TransitionBuilder(agents="nobody").build(results)
     assert len(none) == 0
     assert none.report.calls_seen == 0
 
 
 def test_bad_settings_name_what_is_wrong() -> None:
     with pytest.raises(InvalidInputError, match="max_prompt_length"):
-        LightningRL(max_prompt_length=0)
+        TransitionBuilder(max_prompt_length=0)
     with pytest.raises(InvalidInputError, match="agents"):
-        LightningRL(agents=[""])
+        TransitionBuilder(agents=[""])
 
 
 def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final: float) -> Any:
@@ -234,7 +236,7 @@ def test_trajectory_breaks_and_odd_calls_are_counted() -> None:
         ],
         final=1.0,
     )
-    builder = LightningRL(trajectory=True, advantage="reinforce")
+    builder = TransitionBuilder(trajectory=True, advantage="reinforce")
     batch = builder.build([result])
 
     merged, rewritten, odd = batch
@@ -248,7 +250,7 @@ def test_trajectory_breaks_and_odd_calls_are_counted() -> None:
     assert report.notes["trajectory_breaks"] == 2  # the rewrite, and the call after the drop
     assert report.notes["logprobs_mismatch"] == 1
     assert report.dropped_calls == {"empty_response": 1}
-    capped = LightningRL(trajectory=True, advantage="reinforce", max_response_length=3)
+    capped = TransitionBuilder(trajectory=True, advantage="reinforce", max_response_length=3)
     split = capped.build([result])
     assert split.report.notes["trajectory_length_splits"] == 1
     assert [t.response_ids for t in split] == [[3, 4], [5], [6, 6], [1, 2, 3]]
@@ -292,7 +294,7 @@ def test_tool_calling_and_structured_output_calls_count(tmp_path: Path) -> None:
             algorithm, run_dir=tmp_path / "run", console=False, plot=False, instrument=["openai"]
         )
         trainer.fit(shaped_calls, ["x", "y"])
-    batch = LightningRL(advantage="reinforce").build(algorithm.results)
+    batch = TransitionBuilder(advantage="reinforce").build(algorithm.results)
     assert [r.reward for r in algorithm.results] == [1.0] * 4
     assert [t.agent for t in batch] == ["tooler", "parser"] * 4
     assert batch.report.notes["joined_by_order"] == 0

@@ -8,7 +8,7 @@ import pytest
 
 import agl
 from agl import InvalidInputError
-from agl.lightning import DiscountedReturn, FinalReward, LightningRL, LLMCall, StepRewards
+from agl.lightning import DiscountedReturn, FinalReward, LLMCall, StepRewards, TransitionBuilder
 from agl.lightning.credit import PluginCredit, credit_assigner
 from agl.plugins import PluginManager
 from agl.trainer import resolve_algorithm
@@ -71,7 +71,7 @@ class _Plugin:
 
 class _Learner(agl.StepAlgorithm):
     def __init__(self, credit: str) -> None:
-        self.lightning = LightningRL(credit=credit)
+        self.transitions = TransitionBuilder(credit=credit)
 
     async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Any]:
         return {}
@@ -84,8 +84,8 @@ def test_the_trainer_looks_a_plugin_strategy_up_by_name() -> None:
         resolved = resolve_algorithm(algorithm, plugins)
         learner = resolved.members[0].algorithm if isinstance(resolved, agl.PerAgent) else resolved
         assert isinstance(learner, _Learner)
-        assert learner.lightning is not None
-        assert learner.lightning.credit.assign(EXAMPLE, 2.0) == [0, 0, 2.0]
+        assert learner.transitions is not None
+        assert learner.transitions.credit.assign(EXAMPLE, 2.0) == [0, 0, 2.0]
     unknown = r"no credit assigner named 'finale'.*did you mean 'final'"
     with pytest.raises(InvalidInputError, match=unknown):
         resolve_algorithm(_Learner("finale"), plugins)

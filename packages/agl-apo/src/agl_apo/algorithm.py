@@ -103,7 +103,7 @@ class APO(StepAlgorithm):
 
     name = "apo"
     follows_loop = True
-    lightning = None
+    transitions = None
 
     def __init__(
         self,

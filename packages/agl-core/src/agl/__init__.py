@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         StepBatch,
     )
     from agl.hookspecs import hookimpl
-    from agl.lightning import LightningRL, Transition, TransitionBatch
+    from agl.lightning import Transition, TransitionBatch, TransitionBuilder
     from agl.per_agent import PerAgent
     from agl.results import RolloutResult
     from agl.runner import Runner
@@ -83,7 +83,7 @@ _LAZY = {
     "AlgorithmContext": "agl.algorithm",
     "Baseline": "agl.algorithm",
     "FitResult": "agl.trainer",
-    "LightningRL": "agl.lightning",
+    "TransitionBuilder": "agl.lightning",
     "LoopSettings": "agl.algorithm",
     "PerAgent": "agl.per_agent",
     "StepAlgorithm": "agl.algorithm",
@@ -122,7 +122,6 @@ __all__ = [
     "FitResult",
     "GenericResource",
     "InvalidInputError",
-    "LightningRL",
     "LitAgent",
     "LoopSettings",
     "NoRolloutError",
@@ -156,6 +155,7 @@ __all__ = [
     "Trainer",
     "Transition",
     "TransitionBatch",
+    "TransitionBuilder",
     "UnauthorizedError",
     "Worker",
     "agent_span",

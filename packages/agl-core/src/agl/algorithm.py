@@ -42,7 +42,7 @@ from agl.settings import settings
 from agl.step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
 
 if TYPE_CHECKING:
-    from agl.lightning import LightningRL
+    from agl.lightning import TransitionBuilder
 
 __all__ = [
     "Algorithm",
@@ -63,6 +63,10 @@ __all__ = [
 
 
 _LOOP_FIELDS = frozenset(f.name for f in dataclasses.fields(LoopSettings))
+_RENAMED_LIGHTNING = (
+    "the attribute is named transitions, and LightningRL is agl.TransitionBuilder "
+    "(transitions = agl.TransitionBuilder(...))"
+)
 
 
 class Algorithm(abc.ABC):
@@ -85,12 +89,12 @@ class StepAlgorithm(Algorithm):
     Implement :meth:`setup` (the resources it owns: an LLM it trains, a prompt it optimises)
     and :meth:`step` (learn from one batch; return new versions of its resources). agl runs
     the loop: batches of tasks, ``n_samples`` rollouts each, transitions built with
-    ``lightning``, publishing, validation, metrics. Because the loop is agl's, step algorithms
+    ``transitions``, publishing, validation, metrics. Because the loop is agl's, step algorithms
     can share one run, each with its own agents (``Trainer(algorithm={"writer": rl,
     "checker": apo})``, see :class:`agl.PerAgent`).
 
     Attributes:
-        lightning: How this algorithm's transitions are built (None: it reads
+        transitions: How this algorithm's transitions are built (None: it reads
             ``batch.calls`` and ``batch.results`` only, like a prompt optimiser).
         loop: How the loop cuts the run into steps (:class:`~agl.LoopSettings`: epochs, tasks
             per step, rollouts per task, a step limit and a step timeout); one frozen object,
@@ -100,7 +104,7 @@ class StepAlgorithm(Algorithm):
             the loop settings of the algorithms that do not follow, and its own are ignored.
     """
 
-    lightning: LightningRL | None = None
+    transitions: TransitionBuilder | None = None
     follows_loop: ClassVar[bool] = False
     learns: ClassVar[bool] = True
     """False for an algorithm that trains nothing (:class:`Baseline`): a step without LLM calls
@@ -109,6 +113,8 @@ class StepAlgorithm(Algorithm):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "lightning" in vars(cls):
+            raise TypeError(f"{cls.__name__} sets lightning: {_RENAMED_LIGHTNING}")
         loose = sorted(_LOOP_FIELDS & set(vars(cls)))
         if loose:
             raise TypeError(
@@ -117,6 +123,8 @@ class StepAlgorithm(Algorithm):
             )
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "lightning":
+            raise AttributeError(f"{type(self).__name__}.lightning: {_RENAMED_LIGHTNING}")
         if name in _LOOP_FIELDS:
             raise AttributeError(
                 f"{type(self).__name__}.{name} is not an attribute: the loop's settings are "

@@ -165,7 +165,7 @@ def agl_stores() -> Mapping[str, Callable[..., Store]]:
 def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
     """Provide LightningRL credit-assignment strategies, by name.
 
-    ``LightningRL(credit="name")`` (see :func:`agl.lightning.credit.credit_assigner`) finds
+    ``TransitionBuilder(credit="name")`` (see :func:`agl.lightning.credit.credit_assigner`) finds
     them.
 
     Returns:

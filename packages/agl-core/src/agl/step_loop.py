@@ -82,7 +82,8 @@ class StepBatch:
         results: Every rollout of the step (shared by all algorithms of a per-agent run).
         calls: The LLM calls of this algorithm's agents, joined and attributed, with their step
             rewards (text-level: ``call.messages()``, ``call.response``), in rollout order.
-        transitions: This algorithm's agents' transitions, when it sets ``lightning``.
+        transitions: This algorithm's agents' transitions, when it sets ``transitions`` (a
+            :class:`~agl.TransitionBuilder`).
         metrics: Put figures here (``batch.metrics["loss"] = ...``); they are logged with the
             step, prefixed with the algorithm's name when several algorithms share the run.
     """
@@ -231,14 +232,14 @@ class StepLoop:
                 if mine(call.agent)
             ]
             transitions = None
-            if algorithm.lightning is not None:
-                rule = algorithm.lightning.selector
+            if algorithm.transitions is not None:
+                rule = algorithm.transitions.selector
 
                 def trained(agent: str | None, owned: Any = mine, rule: Any = rule) -> bool:
-                    # its agents in this run, narrowed by its own LightningRL(agents=...)
+                    # its agents in this run, narrowed by its own TransitionBuilder(agents=...)
                     return bool(owned(agent) and rule(agent))
 
-                transitions = algorithm.lightning.build(
+                transitions = algorithm.transitions.build(
                     results, step=step, calls=extracted, select=trained
                 )
             batch = StepBatch(step, epoch, results, calls, transitions)

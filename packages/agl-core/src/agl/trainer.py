@@ -336,7 +336,7 @@ def resolve_algorithm(
 
     A name builds that installed algorithm with its default settings (once per name in a
     mapping); a mapping becomes a :class:`~agl.PerAgent`; a credit strategy named in an
-    algorithm's ``lightning`` becomes the plugin's strategy.
+    algorithm's ``transitions`` becomes the plugin's strategy.
     """
     from agl.per_agent import PerAgent
 
@@ -369,10 +369,10 @@ def resolve_algorithm(
         )
     parts = [m.algorithm for m in resolved.members] if isinstance(resolved, PerAgent) else []
     for part in [resolved, *parts]:
-        lightning: Any = getattr(part, "lightning", None)
-        credit = getattr(lightning, "credit", None)
+        builder: Any = getattr(part, "transitions", None)
+        credit = getattr(builder, "credit", None)
         if isinstance(credit, PluginCredit):
-            lightning.credit = plugins.create_credit_assigner(credit.name)
+            builder.credit = plugins.create_credit_assigner(credit.name)
     return resolved
 
 

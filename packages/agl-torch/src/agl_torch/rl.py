@@ -11,7 +11,7 @@
 
 Each step runs ``loop.n_samples`` rollouts of ``loop.batch_size`` tasks against the policy
 server (through agl's gateway, which records the engine's token ids), turns their traces into
-transitions with :class:`agl.LightningRL` (credit assignment and group advantages: GRPO by
+transitions with :class:`agl.TransitionBuilder` (credit assignment and group advantages: GRPO by
 default), takes one PPO-clip optimizer step per ``learner.ppo_epochs`` with importance ratios
 against the logprobs the engine sampled with (:class:`~agl_torch.learner.Learner`), and swaps
 the new weights into the server before the next step. In a multi-agent system it trains only
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.errors import InvalidInputError
-from agl.lightning import LightningRL
+from agl.lightning import TransitionBuilder
 from agl.resources import Resource
 from agl.settings import SamplingSettings, settings
 from agl_torch.served_policy import MODEL_ENV, ServedPolicy
@@ -47,7 +47,8 @@ class LightningRLTorch(StepAlgorithm):
         resource: The name of the LLM resource agents receive (``llm`` by default).
         loop: Epochs, tasks per step, rollouts per task (the group size of the group
             baseline, 8 by default), a step limit (:class:`agl.LoopSettings`).
-        lightning: How transitions are built (default: :class:`agl.LightningRL` with GRPO).
+        transitions: How transitions are built (default: :class:`agl.TransitionBuilder` with
+            GRPO).
         learner: The update (:class:`~agl_torch.settings.LearnerSettings`: optimizer, PPO
             clipping, KL, micro-batches, LoRA, seed).
         sampling: Sampling parameters published with the LLM resource
@@ -68,7 +69,7 @@ class LightningRLTorch(StepAlgorithm):
         *,
         resource: str = "llm",
         loop: LoopSettings | None = None,
-        lightning: LightningRL | None = None,
+        transitions: TransitionBuilder | None = None,
         learner: LearnerSettings | None = None,
         sampling: SamplingSettings | None = None,
         serving: ServingSettings | None = None,
@@ -77,7 +78,7 @@ class LightningRLTorch(StepAlgorithm):
         self.model = model_or_env(model, MODEL_ENV)
         self.resource = resource
         self.loop = settings("loop", loop, LoopSettings(n_samples=8))
-        self.lightning = lightning or LightningRL(advantage="grpo")
+        self.transitions = transitions or TransitionBuilder(advantage="grpo")
         self.learner = settings("learner", learner, LearnerSettings())
         self.sampling = settings("sampling", sampling, SamplingSettings())
         self.serving = settings("serving", serving, ServingSettings())

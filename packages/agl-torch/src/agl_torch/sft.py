@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
-from agl.lightning import LightningRL, best_transitions
+from agl.lightning import TransitionBuilder, best_transitions
 from agl.resources import Resource
 from agl.settings import SamplingSettings, settings
 from agl_torch.served_policy import MODEL_ENV, ServedPolicy
@@ -152,7 +152,7 @@ class SFTTorch(StepAlgorithm):
         self.resource = resource
         self.loop = settings("loop", loop, LoopSettings(n_samples=4))
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
-        self.lightning = LightningRL(drop_zero_variance=False)
+        self.transitions = TransitionBuilder(drop_zero_variance=False)
         self.learner = settings("learner", learner, LearnerSettings())
         self.policy = ServedPolicy(
             self.model or "",

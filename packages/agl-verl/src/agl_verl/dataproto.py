@@ -61,7 +61,7 @@ def to_dataproto(
     """Lay out ``transitions`` as the ``DataProto`` verl's trainer works on.
 
     Args:
-        transitions: The step's samples (from :class:`agl.lightning.LightningRL`).
+        transitions: The step's samples (from :class:`agl.lightning.TransitionBuilder`).
         pad_token_id: The id written in padding positions (masked out everywhere).
         max_prompt_length / max_response_length: Pad to these widths (verl compiles and
             budgets memory by them); a longer sample is an error, never truncated.

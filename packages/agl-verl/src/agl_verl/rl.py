@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.errors import InvalidInputError
-from agl.lightning import LightningRL
+from agl.lightning import TransitionBuilder
 from agl.resources import LLM, Resource
 from agl.settings import SamplingSettings, settings
 from agl_verl.config import build_config, load_overrides, validate_config
@@ -63,8 +63,9 @@ class LightningRLVerl(StepAlgorithm):
         loop: The loop (:class:`agl.LoopSettings`; ``n_samples`` 4 by default): its
             ``batch_size`` is ``data.train_batch_size`` and its ``n_samples``
             ``actor_rollout_ref.rollout.n`` in verl's terms.
-        lightning: How transitions are built (default: :class:`agl.LightningRL` with GRPO and
-            verl's prompt/response length limits, over-long samples dropped and counted).
+        transitions: How transitions are built (default: :class:`agl.TransitionBuilder` with
+            GRPO and verl's prompt/response length limits, over-long samples dropped and
+            counted).
         sampling: Sampling parameters published with the LLM resource
             (:class:`agl.SamplingSettings`).
         weight_advantages: Scale each sample's advantage by ``1 / samples of its rollout``, so
@@ -81,7 +82,7 @@ class LightningRLVerl(StepAlgorithm):
         config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         resource: str = "llm",
         loop: LoopSettings | Mapping[str, Any] | None = None,
-        lightning: LightningRL | None = None,
+        transitions: TransitionBuilder | None = None,
         sampling: SamplingSettings | Mapping[str, Any] | None = None,
         weight_advantages: bool = True,
         engine: Any = None,
@@ -90,7 +91,7 @@ class LightningRLVerl(StepAlgorithm):
         self.overrides = load_overrides(config)
         self.resource = resource
         self.loop = settings("loop", loop, LoopSettings(n_samples=4))
-        self._lightning = lightning
+        self._transitions = transitions
         self.sampling = settings("sampling", sampling, SamplingSettings())
         self.weight_advantages = weight_advantages
         self.engine_factory = engine or VerlEngine
@@ -125,14 +126,14 @@ class LightningRLVerl(StepAlgorithm):
         return config
 
     @property
-    def lightning(self) -> LightningRL | None:  # type: ignore[override]
-        if self._lightning is None and self.config is not None:
-            self._lightning = LightningRL(
+    def transitions(self) -> TransitionBuilder | None:  # type: ignore[override]
+        if self._transitions is None and self.config is not None:
+            self._transitions = TransitionBuilder(
                 advantage="grpo",
                 max_prompt_length=int(self.config.data.max_prompt_length),
                 max_response_length=int(self.config.data.max_response_length),
             )
-        return self._lightning or LightningRL(advantage="grpo")
+        return self._transitions or TransitionBuilder(advantage="grpo")
 
     # --- the algorithm ------------------------------------------------------------------------
 

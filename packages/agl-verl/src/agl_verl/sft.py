@@ -50,7 +50,7 @@ from typing import Any
 from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import InvalidInputError
-from agl.lightning import LightningRL, Transition, best_transitions
+from agl.lightning import Transition, TransitionBuilder, best_transitions
 from agl.resources import LLM, Resource
 from agl.settings import SamplingSettings, settings
 from agl_verl.rl import MODEL_ENV, served_model
@@ -288,7 +288,7 @@ class SFTVerl(StepAlgorithm):
         self.train_every = train_every
         self.loop = settings("loop", loop, LoopSettings(n_samples=4))
         # Every group counts for SFT, the ones whose rollouts all succeeded above all.
-        self.lightning = LightningRL(drop_zero_variance=False)
+        self.transitions = TransitionBuilder(drop_zero_variance=False)
         self.resource = resource
         self.sampling = settings("sampling", sampling, SamplingSettings())
         self.sft = settings("sft", sft, SFTSettings())

@@ -24,7 +24,7 @@ Agent Lightning                           agl
 ``validation_rollout`` and their          ``*_async`` one when it is overridden
 ``*_async`` versions
 ``LitAgent(trained_agents="regex")``     the RL algorithm trains the agents whose names the
-                                          expression matches whole (``LightningRL(agents=
+                                          expression matches whole (``TransitionBuilder(agents=
                                           "re:...")``)
 ``rollout.attempt.attempt_id``            the attempt the rollout runs as
 ``llm.get_base_url(rollout_id,            ``llm.endpoint``: the runner already made it the
@@ -224,8 +224,8 @@ class Trainer(agl.Trainer):
         if pattern is None:
             return
         algorithm = self.algorithm
-        lightning = getattr(algorithm, "lightning", None)
-        if not isinstance(algorithm, StepAlgorithm) or lightning is None:
+        builder = getattr(algorithm, "transitions", None)
+        if not isinstance(algorithm, StepAlgorithm) or builder is None:
             logger.warning(
                 "trained_agents=%r is ignored: %s builds no RL transitions (give a per-agent "
                 "mapping instead: Trainer(algorithm={'agent': ..., '*': None}))",
@@ -233,7 +233,7 @@ class Trainer(agl.Trainer):
                 type(algorithm).__name__,
             )
             return
-        algorithm.lightning = lightning.with_agents(f"re:{pattern}")
+        algorithm.transitions = builder.with_agents(f"re:{pattern}")
 
 
 def _compat(value: Resource) -> Resource:

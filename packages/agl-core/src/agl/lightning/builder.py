@@ -1,9 +1,9 @@
-"""LightningRL: finished rollouts in, transitions of the selected agents out.
+"""TransitionBuilder: finished rollouts in, transitions of the selected agents out.
 
 ::
 
-    lightning = agl.LightningRL(agents=["writer"], credit="final", advantage="grpo")
-    batch = lightning.build(results, step=step)     # results of ctx.run_rollouts(tasks, n=8)
+    builder = agl.TransitionBuilder(agents=["writer"], credit="final", advantage="grpo")
+    batch = builder.build(results, step=step)       # results of ctx.run_rollouts(tasks, n=8)
     tensors = batch.to_tensors(pad_token_id=tokenizer.pad_token_id)
     ctx.log(step, batch.report.as_metrics())          # what was dropped, and why
 
@@ -31,7 +31,7 @@ from agl.lightning.transitions import DropReport, Transition, TransitionBatch
 from agl.results import RolloutResult
 from agl.rollouts import AttemptStatus, RolloutStatus
 
-__all__ = ["INFRASTRUCTURE_STATUSES", "AgentSelector", "LightningRL"]
+__all__ = ["INFRASTRUCTURE_STATUSES", "AgentSelector", "TransitionBuilder"]
 
 INFRASTRUCTURE_STATUSES = frozenset(
     {
@@ -124,7 +124,7 @@ class _Rollout:
     advantages: list[float] = field(default_factory=list)
 
 
-class LightningRL:
+class TransitionBuilder:
     """Credit assignment and advantages: how finished rollouts become transitions.
 
     Args:
@@ -174,13 +174,13 @@ class LightningRL:
 
     def __repr__(self) -> str:
         return (
-            f"LightningRL(agents={self.selector.rules!r}, credit={self.credit!r}, "
+            f"TransitionBuilder(agents={self.selector.rules!r}, credit={self.credit!r}, "
             f"advantage={self.advantage!r}, trajectory={self.trajectory})"
         )
 
-    def with_agents(self, agents: str | Sequence[str] | None) -> LightningRL:
+    def with_agents(self, agents: str | Sequence[str] | None) -> TransitionBuilder:
         """The same settings for other agents."""
-        copy = object.__new__(LightningRL)
+        copy = object.__new__(TransitionBuilder)
         copy.__dict__.update(self.__dict__)
         copy.selector = AgentSelector(agents)
         return copy

@@ -20,7 +20,7 @@ strategy                   returns                how
 
 Custom strategies implement :class:`CreditAssigner` and are passed as objects, or registered by
 name through the ``agl_credit_assigners`` plugin hook and named in
-``LightningRL(credit="name")``.
+``TransitionBuilder(credit="name")``.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class DiscountedReturn:
 BUILTIN_CREDIT: dict[str, type[CreditAssigner]] = {
     cls.name: cls for cls in (FinalReward, StepRewards, DiscountedReturn)
 }
-"""Core's strategies by name (what ``LightningRL(credit="name")`` resolves on its own)."""
+"""Core's strategies by name (what ``TransitionBuilder(credit="name")`` resolves on its own)."""
 
 
 class PluginCredit:

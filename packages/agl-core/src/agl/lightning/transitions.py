@@ -175,7 +175,7 @@ class TransitionBatch(Sequence[Transition]):
 
         Raises:
             InvalidInputError: a sample is longer than the given maximum (samples are never
-                truncated silently: drop them with ``LightningRL(max_prompt_length=...)``).
+                truncated silently: drop them with ``TransitionBuilder(max_prompt_length=...)``).
         """
         try:
             import numpy as np
