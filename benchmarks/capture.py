@@ -36,9 +36,9 @@ import openai
 
 import agl
 from agl import RolloutRequest, semconv
-from agl.store.memory import MemoryStore
+from agl.store import MemoryStore
 from agl.testing.ports import free_port
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing import OpenAIInstrumentation
 
 MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
 UPSTREAM = "from agl.testing.openai_server import OpenAIServer; import time, sys\n" + (

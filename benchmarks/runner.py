@@ -38,7 +38,7 @@ import httpx
 
 import agl
 from agl import RolloutRequest, RolloutStatus
-from agl.lightning.calls import extract_calls
+from agl.lightning import extract_calls
 from agl.testing.ports import free_port
 
 HERE = Path(__file__).resolve().parent

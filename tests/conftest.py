@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     import agl
     from agl.gateway.serve import GatewayServer
-    from agl.store.memory import MemoryStore
+    from agl.store._memory import MemoryStore
     from agl.testing.openai_server import OpenAIServer
 
 
@@ -54,7 +54,7 @@ def upstream() -> Iterator[OpenAIServer]:
 
 @pytest.fixture
 async def store() -> AsyncIterator[MemoryStore]:
-    from agl.store.memory import MemoryStore
+    from agl.store._memory import MemoryStore
 
     async with MemoryStore() as store:
         yield store

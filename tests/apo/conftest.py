@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, Reply, encode, last_user_text, render_chat
 from agl_apo import APO, APOState
 

@@ -19,7 +19,7 @@ import pytest
 import agl
 from agl import LLM, PromptTemplate
 from agl.metrics import read_metrics
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import agl
 from agl import LLM, PromptTemplate, Resource
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo
 
 

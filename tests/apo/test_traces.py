@@ -7,7 +7,7 @@ import json
 
 import agl
 from agl import semconv
-from agl.lightning.calls import LLMCall
+from agl.lightning import LLMCall
 from agl.results import RolloutResult
 from agl_apo.traces import examples_from, render_examples, worst
 

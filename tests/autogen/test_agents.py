@@ -27,14 +27,14 @@ from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
 from agl.results import fetch_results
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,
     run_through_gateway,
     spans_of_type,
 )
 from agl.testing.openai_server import OpenAIServer, decode, sequence, tool_reply
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing._openai import OpenAIInstrumentation
 from agl_autogen.instrumentor import AutogenInstrumentor
 
 pytestmark = pytest.mark.anyio

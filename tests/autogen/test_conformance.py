@@ -15,7 +15,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
-from agl.tracing.instrumentor import InstrumentorFactory
+from agl.tracing._instrumentor import InstrumentorFactory
 from agl_autogen.instrumentor import AutogenInstrumentor
 
 MODEL_INFO = ModelInfo(

@@ -13,7 +13,7 @@ from autogen_ext.models.openai import BaseOpenAIChatCompletionClient
 
 import agl
 import agl_autogen
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl_autogen.instrumentor import AutogenInstrumentor
 
 

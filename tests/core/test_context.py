@@ -12,7 +12,7 @@ import pytest
 
 import agl
 from agl.context import AlgorithmContext, RunState
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 
 
 class _Rows:

@@ -26,7 +26,7 @@ import pytest
 
 import agl
 from agl import Span
-from agl.store.sqlite import SQLiteStore
+from agl.store._sqlite import SQLiteStore
 from agl.testing.ports import free_port
 from agl.testing.processes import child_env
 
@@ -264,7 +264,7 @@ CHILD = (
     "from __future__ import annotations\n"
     "import asyncio, sys\n"
     "from agl import RolloutRequest, Span\n"
-    "from agl.store.sqlite import SQLiteStore\n"
+    "from agl.store._sqlite import SQLiteStore\n"
     f"BATCH_SIZE = {BATCH_SIZE}\n"
     + inspect.getsource(make_batch)
     + """

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import agl
 from agl import RolloutRequest, semconv
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 

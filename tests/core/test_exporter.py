@@ -10,8 +10,8 @@ import pytest
 
 import agl
 from agl import RolloutRequest, Span
-from agl.store.memory import MemoryStore
-from agl.tracing.exporter import SpanSender
+from agl.store._memory import MemoryStore
+from agl.tracing._exporter import SpanSender
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@ and restarted under its runners, and agents that hang, raise or return garbage.
 
 Nothing is mocked. Runners are ``python -m agl runner`` subprocesses (one test also runs an
 in-process :class:`agl.Runner`) whose agents are modules written into ``tmp_path``; the store
-is ``agl store serve`` on a SQLite file or a :class:`~agl.store.serve.StoreServer` thread, once
+is ``agl store serve`` on a SQLite file or a :class:`~agl.store.StoreServer` thread, once
 behind a TCP proxy that cuts the line at a chosen moment.
 Each test asserts what the store holds afterwards, attempt by attempt, and what the runners
 say they did, never how long anything took. Waits poll with deadlines and fail with the
@@ -29,7 +29,7 @@ import agl
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Span, semconv
 from agl.results import RolloutResult, fetch_results
 from agl.runner import Runner
-from agl.store.serve import StoreServer
+from agl.store._serve import StoreServer
 from agl.testing.openai_server import OpenAIServer, error_reply
 from agl.testing.ports import free_port
 from agl.testing.processes import OUTCOMES, Processes, runner_summary, write_agent

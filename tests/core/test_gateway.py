@@ -14,7 +14,7 @@ import pytest
 import agl
 from agl import LLM, RolloutRequest, semconv
 from agl.gateway import GatewayServer
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import (
     OpenAIServer,
     decode,

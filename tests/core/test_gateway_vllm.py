@@ -30,7 +30,7 @@ import pytest
 import agl
 from agl import RolloutRequest, semconv
 from agl.gateway import GatewayServer
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.ports import free_port
 
 VLLM_PYTHON = os.environ.get("AGL_VLLM_PYTHON")

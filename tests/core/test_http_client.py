@@ -17,7 +17,7 @@ import pytest
 
 import agl
 from agl import RolloutRequest, Span
-from agl.store.serve import StoreServer
+from agl.store._serve import StoreServer
 
 pytestmark = pytest.mark.anyio
 

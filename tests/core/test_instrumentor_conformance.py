@@ -7,8 +7,8 @@ import pytest
 
 from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
-from agl.tracing.instrumentor import InstrumentorFactory
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing._instrumentor import InstrumentorFactory
+from agl.tracing._openai import OpenAIInstrumentation
 
 
 class TestOpenAIInstrumentation(InstrumentorConformance):

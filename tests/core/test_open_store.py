@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import agl
-from agl.store.http import HttpStore
-from agl.store.memory import MemoryStore
-from agl.store.sqlite import SQLiteStore
+from agl.store._http import HttpStore
+from agl.store._memory import MemoryStore
+from agl.store._sqlite import SQLiteStore
 
 
 @pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Tests of agl.store.otlp with real payloads made by the OpenTelemetry SDK and its exporter."""
+"""Tests of agl.store._otlp with real payloads made by the OpenTelemetry SDK and its exporter."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from opentelemetry.trace import Link, Status
 from agl.errors import InvalidInputError
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
-from agl.store.otlp import OTLP_CONTENT_TYPES, decode_traces, encode_response
+from agl.store._otlp import OTLP_CONTENT_TYPES, decode_traces, encode_response
 
 PROTOBUF, JSON = OTLP_CONTENT_TYPES
 T0 = 1_700_000_000_123_456_789  # beyond 2**53: a float would lose the last digits
@@ -559,7 +559,7 @@ def test_encode_response() -> None:
 
 def test_importing_the_module_does_not_import_protobuf() -> None:
     code = (
-        "import sys, agl, agl.store.otlp; "
+        "import sys, agl, agl.store._otlp; "
         "heavy = sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'google')));"
         "assert not heavy, heavy"
     )

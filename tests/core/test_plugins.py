@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 import agl
 from agl.cli import app
 from agl.plugins import DISABLE_ENV, ENTRY_POINT_GROUP, PluginError, PluginInfo, PluginManager
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 
 Install = Callable[..., None]
 
@@ -30,8 +30,8 @@ FULL_PLUGIN = """
     from typing import Literal
 
     import agl
-    from agl.store.memory import MemoryStore
-    from agl.tracing.instrumentor import PatchingInstrumentor
+    from agl.store._memory import MemoryStore
+    from agl.tracing._instrumentor import PatchingInstrumentor
 
     CALLS = []
 
@@ -643,7 +643,7 @@ def test_create_instrumentor_checks_what_the_factory_built(install: Install) -> 
         }
     )
     with agl.Tracer(MemoryStore()) as tracer:
-        from agl.tracing.openai import OpenAIInstrumentation
+        from agl.tracing._openai import OpenAIInstrumentation
 
         manager = PluginManager()
         assert isinstance(manager.create_instrumentor("openai", tracer), OpenAIInstrumentation)

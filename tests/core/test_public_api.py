@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import pkgutil
 import subprocess
 import sys
 
@@ -27,8 +28,16 @@ EXPECTED = {
 
 
 FACADES = {
-    "agl.store": {"Store", "StoreStatistics", "open_store"},
-    "agl.tracing": {"RolloutBinding", "SenderStats", "SpanSender", "Tracer", "current_binding"},
+    "agl.store": {
+        "ClosingStore", "HttpStore", "MemoryStore", "SQLiteStore", "Store", "StoreServer",
+        "StoreStatistics", "open_store",
+    },
+    "agl.tracing": {
+        "Instrumentor", "InstrumentorFactory", "Normalize", "NormalizingSpan",
+        "NormalizingTracerProvider", "OpenAIInstrumentation", "PatchingInstrumentor",
+        "RolloutBinding", "ScriptInstrumentation", "SenderStats", "SpanSender", "Tracer",
+        "current_binding", "is_llm_span", "tool_attributes",
+    },
     "agl.lightning": {
         "GRPO", "INFRASTRUCTURE_STATUSES", "RLOO", "AdvantageEstimator", "AgentSelector",
         "AgentStats", "AttemptCalls", "CreditAssigner", "DiscountedReturn", "DropReport",
@@ -86,3 +95,18 @@ def test_errors_form_one_hierarchy() -> None:
         value = getattr(agl, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, agl.AglError)
+
+
+PRIVATE_BEHIND_FACADE = ["agl.lightning", "agl.store", "agl.tracing"]
+"""Facades whose implementation modules are all private: their __all__ is the whole API."""
+
+
+@pytest.mark.parametrize("facade", PRIVATE_BEHIND_FACADE)
+def test_a_facades_implementation_modules_are_private(facade: str) -> None:
+    package = importlib.import_module(facade)
+    public = [
+        info.name
+        for info in pkgutil.iter_modules(package.__path__)
+        if not info.name.startswith("_")
+    ]
+    assert public == [], f"{facade} has public implementation modules: {public}"

@@ -16,7 +16,7 @@ from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, sem
 from agl.gateway import GatewayServer
 from agl.results import fetch_results
 from agl.runner import Runner
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo
 
 pytestmark = pytest.mark.anyio

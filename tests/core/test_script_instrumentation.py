@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl.tracing.instrumentor import ScriptInstrumentation
+from agl.tracing._instrumentor import ScriptInstrumentation
 
 
 class _Recorder:

@@ -35,9 +35,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import agl
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
-from agl.store.http import HttpStore
-from agl.store.memory import MemoryStore
-from agl.store.serve import StoreServer, check_bind_address
+from agl.store._http import HttpStore
+from agl.store._memory import MemoryStore
+from agl.store._serve import StoreServer, check_bind_address
 from agl.testing.ports import free_port
 
 ERROR_KEYS = {"type", "message", "field", "value"}

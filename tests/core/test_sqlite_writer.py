@@ -20,8 +20,8 @@ import pytest
 from agl import RolloutRequest
 from agl.errors import StoreError
 from agl.store import _engine as engine
+from agl.store._sqlite import SQLiteStore
 from agl.store._tx import Transaction
-from agl.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 

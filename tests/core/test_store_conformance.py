@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import agl
-from agl.store.memory import MemoryStore
-from agl.store.serve import StoreServer
-from agl.store.sqlite import SQLiteStore
+from agl.store._memory import MemoryStore
+from agl.store._serve import StoreServer
+from agl.store._sqlite import SQLiteStore
 from agl.testing.store import StoreConformance
 
 

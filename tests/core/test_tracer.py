@@ -13,8 +13,8 @@ from opentelemetry import trace as otel_trace
 
 import agl
 from agl import RolloutRequest, semconv
-from agl.store.memory import MemoryStore
-from agl.store.serve import StoreServer
+from agl.store._memory import MemoryStore
+from agl.store._serve import StoreServer
 from agl.testing.ports import free_port
 
 pytestmark = pytest.mark.anyio

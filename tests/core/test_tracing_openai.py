@@ -15,10 +15,10 @@ import pytest
 
 import agl
 from agl import RolloutRequest, semconv
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo, error_reply, tool_reply
-from agl.tracing.conventions import normalize_attributes
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing._conventions import normalize_attributes
+from agl.tracing._openai import OpenAIInstrumentation
 
 pytestmark = pytest.mark.anyio
 

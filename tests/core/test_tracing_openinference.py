@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agl import semconv
-from agl.tracing.openinference import NormalizingTracerProvider, tool_attributes
+from agl.tracing._openinference import NormalizingTracerProvider, tool_attributes
 
 
 def test_spans_get_the_normalized_attributes_before_they_are_exported() -> None:

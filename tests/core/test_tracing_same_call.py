@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from agl import Span, semconv
-from agl.tracing.same_call import same_call_groups
+from agl.tracing._same_call import same_call_groups
 
 _MESSAGES = [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
 

@@ -12,7 +12,7 @@ from crewai import LLM, Agent
 
 from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
-from agl.tracing.instrumentor import InstrumentorFactory
+from agl.tracing._instrumentor import InstrumentorFactory
 from agl_crewai.instrumentor import CrewAIInstrumentor
 
 

@@ -23,14 +23,14 @@ import agl
 from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.results import fetch_results
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,
     run_through_gateway,
     spans_of_type,
 )
 from agl.testing.openai_server import OpenAIServer, Reply, decode, sequence, tool_reply
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing._openai import OpenAIInstrumentation
 from agl_crewai._normalize import TASK_NAME
 from agl_crewai.instrumentor import CrewAIInstrumentor
 

@@ -15,7 +15,7 @@ from langgraph.graph import END, START, StateGraph
 
 from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
-from agl.tracing.instrumentor import InstrumentorFactory
+from agl.tracing._instrumentor import InstrumentorFactory
 from agl_langchain.instrumentor import LangChainInstrumentor
 
 

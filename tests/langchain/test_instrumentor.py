@@ -12,7 +12,7 @@ from langchain_openai.chat_models.base import BaseChatOpenAI
 
 import agl
 import agl_langchain
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl_langchain.instrumentor import LangChainInstrumentor
 
 

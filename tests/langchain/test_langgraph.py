@@ -26,13 +26,13 @@ from agl import TransitionBuilder, semconv
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
 from agl.results import fetch_results
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,
     run_through_gateway,
 )
 from agl.testing.openai_server import OpenAIServer, decode, sequence, tool_reply
-from agl.tracing.openai import OpenAIInstrumentation
+from agl.tracing._openai import OpenAIInstrumentation
 from agl_langchain.instrumentor import LangChainInstrumentor
 
 pytestmark = pytest.mark.anyio

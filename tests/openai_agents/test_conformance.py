@@ -13,7 +13,7 @@ from openai import AsyncOpenAI
 
 from agl.plugins import PluginManager
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall
-from agl.tracing.instrumentor import InstrumentorFactory
+from agl.tracing._instrumentor import InstrumentorFactory
 from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
 
 

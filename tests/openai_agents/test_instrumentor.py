@@ -25,7 +25,7 @@ from openai import AsyncOpenAI
 import agl
 import agl_openai_agents
 from agl import RolloutRequest, semconv
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.instrumentor import RecordingOpenAIServer
 from agl.testing.openai_server import OpenAIServer, Reply, echo
 from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor

@@ -34,7 +34,7 @@ CHECK = textwrap.dedent(
     os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
     import agl
     from agl.plugins import PluginManager
-    from agl.store.memory import MemoryStore
+    from agl.store._memory import MemoryStore
 
     name, package, framework, others = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     factories = PluginManager().provided("agl_instrumentors")

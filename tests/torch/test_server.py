@@ -22,7 +22,7 @@ import torch
 
 from agl import RolloutRequest, semconv
 from agl.gateway import GatewayServer
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl_torch.server import PolicyServer
 from agl_torch.tool_parser import ToolCall, parse_tool_calls
 

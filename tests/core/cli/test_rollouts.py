@@ -22,7 +22,7 @@ import agl
 from agl import semconv
 from agl.cli import app
 from agl.spans import SpanEvent, SpanKind, SpanStatus, StatusCode, new_trace_id
-from agl.store.serve import StoreServer
+from agl.store._serve import StoreServer
 from agl.testing.ports import free_port
 
 # Wide enough that no table column is cut; no colour codes in what the tests read.

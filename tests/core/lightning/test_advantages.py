@@ -6,7 +6,7 @@ import pytest
 
 from agl import InvalidInputError
 from agl.lightning import GRPO, RLOO, Group, Reinforce
-from agl.lightning.advantages import advantage_estimator
+from agl.lightning._advantages import advantage_estimator
 
 
 def test_grpo_worked_example_is_rollout_level() -> None:

@@ -1,4 +1,4 @@
-"""Credit assignment strategies, on the worked example of agl.lightning.credit's docstring."""
+"""Credit assignment strategies, on the worked example of agl.lightning._credit's docstring."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import agl
 from agl import InvalidInputError
 from agl.lightning import DiscountedReturn, FinalReward, LLMCall, StepRewards, TransitionBuilder
-from agl.lightning.credit import PluginCredit, credit_assigner
+from agl.lightning._credit import PluginCredit, credit_assigner
 from agl.plugins import PluginManager
 from agl.trainer import resolve_algorithm
 

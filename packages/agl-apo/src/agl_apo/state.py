@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agl.errors import NotFoundError
 from agl.resources import PromptTemplate, Resource, ResourcesUpdate, register_resource_type
-from agl.store.base import Store
+from agl.store import Store
 
 __all__ = [
     "APOState",

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from agl import semconv
-from agl.lightning.calls import LLMCall
+from agl.lightning import LLMCall
 from agl.results import RolloutResult
 from agl.spans import Span
 

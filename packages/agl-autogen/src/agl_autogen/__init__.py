@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agl.tracing.instrumentor import ScriptInstrumentation
+from agl.tracing import ScriptInstrumentation
 
 if TYPE_CHECKING:
     import agl

@@ -4,7 +4,7 @@ openinference-instrumentation-autogen-agentchat wraps AutoGen's agents, teams, t
 model client, and, with ``TraceConfig(enable_genai_semconv=True)``, writes OpenTelemetry GenAI
 attributes beside its own on the span of each model call (``OpenAIChatCompletionClient.create``
 or ``create_stream``): ``gen_ai.operation.name = "chat"``, the model, usage and messages, which
-is what :func:`agl.tracing.conventions.is_llm_span` and LightningRL read. Two facts agl relies on
+is what :func:`agl.tracing.is_llm_span` and LightningRL read. Two facts agl relies on
 are not among them; :func:`agl_attributes` derives them, from the span's attributes, when it
 ends:
 
@@ -35,7 +35,7 @@ from openinference.semconv.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
-from agl.tracing.openinference import tool_attributes
+from agl.tracing import tool_attributes
 
 __all__ = ["agl_attributes"]
 

@@ -10,7 +10,7 @@ a team's ``run_stream``, an ``AssistantAgent``'s tool calls and ``OpenAIChatComp
   never to OpenTelemetry's global provider; each span starts in the current OpenTelemetry
   context (the rollout's, an :func:`agl.agent_span`, or the agent's or team's span around it);
 - with OpenTelemetry GenAI attributes on (``enable_genai_semconv``): model, usage, input and
-  output messages under the names :mod:`agl.tracing.conventions` reads;
+  output messages under the names :func:`agl.tracing.is_llm_span` reads;
 - with the facts agl adds when a span ends (:mod:`agl_autogen._normalize`): agent names on
   agent spans, ``agl.tool.*`` on tool spans;
 - keeping the response id of each OpenAI model call, streamed or not, which AutoGen's
@@ -34,8 +34,7 @@ from __future__ import annotations
 import contextlib
 
 from agl.errors import AglError
-from agl.tracing.instrumentor import PatchingInstrumentor
-from agl.tracing.openinference import NormalizingTracerProvider
+from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_autogen._agent_turns import close_agent_turns
 from agl_autogen._normalize import agl_attributes
 from agl_autogen._response_ids import keep_response_ids

@@ -13,11 +13,11 @@ from agl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm
-    from agl.lightning.credit import CreditAssigner
+    from agl.lightning._credit import CreditAssigner
     from agl.resources import Resource
-    from agl.store.base import Store
+    from agl.store._base import Store
     from agl.tracing import Tracer
-    from agl.tracing.instrumentor import Instrumentor
+    from agl.tracing._instrumentor import Instrumentor
 
 
 @hookimpl
@@ -34,7 +34,7 @@ def agl_instrumentors() -> Mapping[str, Callable[[Tracer], Instrumentor]]:
 
 def _openai(tracer: Tracer) -> Instrumentor:
     # Imported on use: the instrumentation pulls in opentelemetry-instrumentation-openai.
-    from agl.tracing.openai import OpenAIInstrumentation
+    from agl.tracing._openai import OpenAIInstrumentation
 
     return OpenAIInstrumentation(tracer)
 
@@ -43,14 +43,14 @@ def _openai(tracer: Tracer) -> Instrumentor:
 def agl_stores() -> Mapping[str, Callable[..., Store]]:
     # open_store handles these schemes itself; listing them here puts them in `agl plugins`
     # and keeps a plugin from claiming them.
-    from agl.store.open import SCHEMES, open_store
+    from agl.store._open import SCHEMES, open_store
 
     return dict.fromkeys(SCHEMES, open_store)
 
 
 @hookimpl
 def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
-    from agl.lightning.credit import BUILTIN_CREDIT
+    from agl.lightning._credit import BUILTIN_CREDIT
 
     return dict(BUILTIN_CREDIT)
 

@@ -20,7 +20,7 @@ from typing import Any
 from agl.agent import LitAgent
 from agl.errors import AglError
 from agl.plugins import PluginManager
-from agl.store.base import Store
+from agl.store._base import Store
 
 __all__ = ["RunnerPool"]
 
@@ -73,7 +73,7 @@ class RunnerPool:
             require_server_extra(
                 f"n_runners={self.count} serves the store to the runner processes over HTTP"
             )
-            from agl.store.serve import StoreServer
+            from agl.store._serve import StoreServer
 
             token = secrets.token_urlsafe(16)
             self._server = StoreServer(self.store, token=token)

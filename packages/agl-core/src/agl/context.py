@@ -22,7 +22,7 @@ from agl.errors import AglError, InvalidInputError
 from agl.resources import LLM, Resource, ResourcesUpdate
 from agl.results import RolloutResult, fetch_results
 from agl.rollouts import RolloutConfig, RolloutMode, RolloutRequest
-from agl.store.base import Store
+from agl.store._base import Store
 
 __all__ = [
     "AlgorithmContext",

@@ -158,7 +158,7 @@ class _Operation:
 
 @contextlib.contextmanager
 def _operation_span(name: str) -> Iterator[_Operation]:
-    from agl.tracing.tracer import current_binding
+    from agl.tracing._tracer import current_binding
 
     binding = current_binding()
     if binding is None:
@@ -258,7 +258,7 @@ class agent_span:  # lowercase: used like a function, `with agl.agent_span("writ
         self._stack: list[contextlib.AbstractContextManager[Any]] = []
 
     def __enter__(self) -> Any:
-        from agl.tracing.tracer import current_binding
+        from agl.tracing._tracer import current_binding
 
         binding = current_binding()
         if binding is None:
@@ -306,7 +306,7 @@ def _record(
     fill: Callable[[Any], None] | None = None,
 ) -> Any:
     """Start and end one span in the current rollout; return it."""
-    from agl.tracing.tracer import current_binding
+    from agl.tracing._tracer import current_binding
 
     binding = current_binding()
     if binding is not None:

@@ -15,7 +15,7 @@ once installed (``agl plugins`` lists what it found)::
     from collections.abc import Callable, Mapping, Sequence
 
     import agl
-    from agl.tracing.instrumentor import Instrumentor
+    from agl.tracing._instrumentor import Instrumentor
 
     logger = logging.getLogger("agl_shout")
 
@@ -93,12 +93,12 @@ import pluggy
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm
-    from agl.lightning.credit import CreditAssigner
+    from agl.lightning._credit import CreditAssigner
     from agl.resources import Resource
     from agl.rollouts import Attempt, AttemptStatus, Rollout
-    from agl.store.base import Store
+    from agl.store._base import Store
     from agl.tracing import Tracer
-    from agl.tracing.instrumentor import Instrumentor
+    from agl.tracing._instrumentor import Instrumentor
 
 __all__ = ["LIFECYCLE_HOOKS", "PROJECT_NAME", "PROVIDER_HOOKS", "hookimpl", "hookspec"]
 
@@ -140,7 +140,7 @@ def agl_instrumentors() -> Mapping[str, Callable[[Tracer], Instrumentor]]:
 
     Returns:
         Name → factory taking the tracer and returning an
-        :class:`~agl.tracing.instrumentor.Instrumentor` (usually the instrumentor class itself).
+        :class:`~agl.tracing.Instrumentor` (usually the instrumentor class itself).
         It must record spans through ``tracer.provider``, be idempotent and fully reversible:
         :mod:`agl.testing.instrumentor` checks all of that.
     """
@@ -165,13 +165,13 @@ def agl_stores() -> Mapping[str, Callable[..., Store]]:
 def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
     """Provide LightningRL credit-assignment strategies, by name.
 
-    ``TransitionBuilder(credit="name")`` (see :func:`agl.lightning.credit.credit_assigner`) finds
+    ``TransitionBuilder(credit="name")`` (see :func:`agl.lightning._credit.credit_assigner`) finds
     them.
 
     Returns:
         Name → factory (usually the class) that builds the strategy with no arguments: an
         object with ``assign(calls, final_reward) -> list[float]``, see
-        :class:`agl.lightning.credit.CreditAssigner`.
+        :class:`agl.lightning.CreditAssigner`.
     """
 
 

@@ -36,8 +36,8 @@ from typing import Any
 
 from agl.algorithm import Algorithm, AlgorithmContext, StepAlgorithm
 from agl.errors import InvalidInputError
-from agl.lightning.agents import NO_AGENT
-from agl.lightning.builder import is_pattern
+from agl.lightning._agents import NO_AGENT
+from agl.lightning._builder import is_pattern
 from agl.step_loop import LoopSettings, Member, StepLoop
 
 __all__ = ["PerAgent"]

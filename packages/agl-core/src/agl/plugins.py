@@ -47,11 +47,11 @@ from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS, hookimpl
 
 if TYPE_CHECKING:
     from agl.algorithm import Algorithm
-    from agl.lightning.credit import CreditAssigner
+    from agl.lightning._credit import CreditAssigner
     from agl.resources import Resource
-    from agl.store.base import Store
+    from agl.store._base import Store
     from agl.tracing import Tracer
-    from agl.tracing.instrumentor import Instrumentor, InstrumentorFactory
+    from agl.tracing._instrumentor import Instrumentor, InstrumentorFactory
 
 __all__ = [
     "DISABLE_ENV",
@@ -414,7 +414,7 @@ class PluginManager(pluggy.PluginManager):
             InvalidInputError: no plugin provides it.
             PluginError: its factory built something that is not an instrumentor.
         """
-        from agl.tracing.instrumentor import Instrumentor
+        from agl.tracing._instrumentor import Instrumentor
 
         factory: InstrumentorFactory = self.lookup("agl_instrumentors", name)
         instrumentor: object = factory(tracer)
@@ -434,7 +434,7 @@ class PluginManager(pluggy.PluginManager):
         Raises:
             InvalidInputError: no plugin provides it, or it built no strategy.
         """
-        from agl.lightning.credit import credit_assigner
+        from agl.lightning._credit import credit_assigner
 
         return credit_assigner(self.lookup("agl_credit_assigners", name)(), name=name)
 
@@ -445,8 +445,8 @@ class PluginManager(pluggy.PluginManager):
             InvalidInputError: no one provides the URL's scheme, or its options are wrong.
             PluginError: the scheme's factory returned something that is not a store.
         """
-        from agl.store.base import Store
-        from agl.store.open import SCHEMES, open_store, scheme_of
+        from agl.store._base import Store
+        from agl.store._open import SCHEMES, open_store, scheme_of
 
         scheme = scheme_of(url)
         if scheme in SCHEMES:  # core's own: no plugin needed, nor checked
@@ -492,8 +492,8 @@ def open_store(url: str, *, plugins: PluginManager | None = None, **options: Any
     Core's schemes open without looking at plugins; another scheme loads them (or uses
     ``plugins``) and opens through :meth:`PluginManager.open_store`.
     """
-    from agl.store.open import SCHEMES, scheme_of
-    from agl.store.open import open_store as open_builtin
+    from agl.store._open import SCHEMES, scheme_of
+    from agl.store._open import open_store as open_builtin
 
     if plugins is None and scheme_of(url) in SCHEMES:
         return open_builtin(url, **options)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from agl import semconv
 from agl.rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
 from agl.spans import Span
-from agl.store.base import Store
-from agl.tracing.same_call import same_call_groups
+from agl.store._base import Store
+from agl.tracing._same_call import same_call_groups
 
 __all__ = ["RolloutResult", "fetch_results", "final_reward", "reward_of", "span_type", "summarize"]
 

@@ -22,7 +22,7 @@ from agl import semconv
 from agl.results import final_reward, reward_of, span_type
 from agl.rollouts import Attempt, Rollout, RolloutPage
 from agl.spans import Span, StatusCode
-from agl.tracing.same_call import same_call_groups
+from agl.tracing._same_call import same_call_groups
 
 __all__ = [
     "LLM_SPAN_TYPES",

@@ -55,7 +55,7 @@ from agl.errors import ConflictError, InvalidInputError, NotFoundError, StoreUna
 from agl.plugins import PluginManager
 from agl.resources import LLM, Resource, ResourcesUpdate
 from agl.rollouts import AttemptStatus, Claim
-from agl.store.base import Store
+from agl.store._base import Store
 
 __all__ = ["Runner", "RunnerStats", "auto_instrumentation", "enable_auto_instrumentation"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agl.errors import InvalidInputError
-from agl.lightning.agents import NO_AGENT
+from agl.lightning._agents import NO_AGENT
 from agl.settings import check_at_least
 
 if TYPE_CHECKING:

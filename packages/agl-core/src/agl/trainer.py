@@ -43,12 +43,12 @@ from agl.algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepA
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
 from agl.gateway.pool import GatewayPool
-from agl.lightning.credit import PluginCredit
+from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
 from agl.resources import Resource
 from agl.results import RolloutResult
 from agl.rollouts import AttemptStatus, RolloutConfig, RolloutMode
-from agl.store.base import Store
+from agl.store._base import Store
 
 __all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
 

@@ -31,7 +31,7 @@ from openinference.semconv.trace import (
 )
 from opentelemetry import trace as trace_api
 
-from agl.tracing.openinference import NormalizingSpan
+from agl.tracing import NormalizingSpan
 
 __all__ = ["open_agent_spans"]
 

@@ -28,7 +28,7 @@ from openinference.semconv.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
-from agl.tracing.openinference import tool_attributes
+from agl.tracing import tool_attributes
 
 __all__ = ["TASK_NAME", "agl_attributes"]
 

@@ -12,7 +12,7 @@ pieces record a crew:
 - :mod:`agl_crewai._agent_spans` opens agent spans where openinference has none: a coworker
   run by a manager's delegation tool, and CrewAI's native async paths (``Crew.akickoff``,
   ``Agent.kickoff_async``).
-- Model calls are recorded by agl's OpenAI instrumentation (:class:`agl.tracing.openai.
+- Model calls are recorded by agl's OpenAI instrumentation (:class:`agl.tracing.
   OpenAIInstrumentation`, the runner's ``"openai"``), which CrewAI's native OpenAI provider
   (``LLM(model="openai/...")``, any OpenAI-compatible ``base_url``) calls through: plain,
   streamed, with tools and with structured output, each with the response id LightningRL joins
@@ -30,9 +30,7 @@ from __future__ import annotations
 import contextlib
 
 from agl.errors import AglError
-from agl.tracing.instrumentor import PatchingInstrumentor
-from agl.tracing.openai import OpenAIInstrumentation
-from agl.tracing.openinference import NormalizingTracerProvider
+from agl.tracing import NormalizingTracerProvider, OpenAIInstrumentation, PatchingInstrumentor
 from agl_crewai._agent_spans import open_agent_spans
 from agl_crewai._normalize import agl_attributes
 

@@ -3,7 +3,7 @@
 openinference-instrumentation-langchain turns each LangChain run into a span and, with
 ``TraceConfig(enable_genai_semconv=True)``, writes OpenTelemetry GenAI attributes beside its own
 (``gen_ai.operation.name``, the request model, usage, input and output messages), which is what
-:func:`agl.tracing.conventions.is_llm_span` and LightningRL read. Three facts agl relies on are not
+:func:`agl.tracing.is_llm_span` and LightningRL read. Three facts agl relies on are not
 among them; :func:`agl_attributes` derives them, from the span's attributes, when it ends:
 
 - **Response id.** ``gen_ai.response.id`` (and ``gen_ai.response.model``) of an LLM span, so
@@ -35,8 +35,7 @@ from openinference.semconv.trace import OpenInferenceMimeTypeValues, SpanAttribu
 from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
-from agl.tracing.conventions import is_llm_span
-from agl.tracing.openinference import tool_attributes
+from agl.tracing import is_llm_span, tool_attributes
 
 __all__ = ["agl_attributes"]
 

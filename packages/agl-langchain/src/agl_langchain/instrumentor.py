@@ -10,7 +10,7 @@ sync or async, streamed or not. agl configures it:
   run's, and a run without one on the current OpenTelemetry span (the rollout's, or an
   :func:`agl.agent_span`);
 - with OpenTelemetry GenAI attributes on (``enable_genai_semconv``): model, usage, input and
-  output messages under the names :mod:`agl.tracing.conventions` reads;
+  output messages under the names :func:`agl.tracing.is_llm_span` reads;
 - with the facts agl adds when a span ends (:mod:`agl_langchain._normalize`): the response id of
   LLM spans (LightningRL's key to the gateway's token ids), agent names on LangGraph node spans,
   ``agl.tool.*`` on tool spans;
@@ -31,8 +31,7 @@ from __future__ import annotations
 import contextlib
 
 from agl.errors import AglError
-from agl.tracing.instrumentor import PatchingInstrumentor
-from agl.tracing.openinference import NormalizingTracerProvider
+from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_langchain._normalize import agl_attributes
 from agl_langchain._stream_ids import keep_stream_response_ids
 

@@ -4,7 +4,7 @@ openinference-instrumentation-openai-agents turns each span of the Agents SDK's 
 into an OpenTelemetry span and, with ``TraceConfig(enable_genai_semconv=True)``, writes
 OpenTelemetry GenAI attributes beside its own: ``gen_ai.operation.name = "chat"``, the model,
 usage and messages on the span of each model call (a chat completion's ``generation`` span or a
-Responses API ``response`` span), which is what :func:`agl.tracing.conventions.is_llm_span` and
+Responses API ``response`` span), which is what :func:`agl.tracing.is_llm_span` and
 LightningRL read, and ``gen_ai.response.id`` of a Responses API call (the response it records
 is the server's). Two facts agl relies on are not among them; :func:`agl_attributes` derives
 them, from the span's attributes, when it ends:
@@ -37,7 +37,7 @@ from openinference.semconv.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from agl import semconv
-from agl.tracing.openinference import tool_attributes
+from agl.tracing import tool_attributes
 
 __all__ = ["agl_attributes"]
 

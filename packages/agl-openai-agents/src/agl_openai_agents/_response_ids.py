@@ -29,7 +29,7 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace as trace_api
 
 from agl import semconv
-from agl.tracing.openinference import NormalizingSpan
+from agl.tracing import NormalizingSpan
 
 __all__ = ["keep_chat_response_ids"]
 

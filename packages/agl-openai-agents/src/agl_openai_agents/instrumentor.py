@@ -11,7 +11,7 @@ trace processor it registers with the SDK (``agents.add_trace_processor``). agl 
   OpenTelemetry context (the rollout's, or an :func:`agl.agent_span`), its other spans under
   their SDK parents, in the same trace;
 - with OpenTelemetry GenAI attributes on (``enable_genai_semconv``): model, usage, input and
-  output messages under the names :mod:`agl.tracing.conventions` reads, and the response id of
+  output messages under the names :func:`agl.tracing.is_llm_span` reads, and the response id of
   Responses API calls;
 - with the facts agl adds when a span ends (:mod:`agl_openai_agents._normalize`): agent names on
   agent spans, ``agl.tool.*`` on function tool spans;
@@ -44,8 +44,7 @@ from __future__ import annotations
 import contextlib
 
 from agl.errors import AglError
-from agl.tracing.instrumentor import PatchingInstrumentor
-from agl.tracing.openinference import NormalizingTracerProvider
+from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_openai_agents._normalize import agl_attributes
 from agl_openai_agents._response_ids import keep_chat_response_ids
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import agl
 
 if TYPE_CHECKING:
-    from agl.tracing.instrumentor import Instrumentor
+    from agl.tracing import Instrumentor
 
 
 @agl.hookimpl

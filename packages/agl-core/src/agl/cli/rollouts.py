@@ -17,7 +17,7 @@ from agl.rollouts import RolloutMode, RolloutStatus
 if TYPE_CHECKING:
     from agl.rollouts import Attempt, Rollout, RolloutPage
     from agl.spans import Span
-    from agl.store.base import Store
+    from agl.store._base import Store
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ def store_serve(
         from agl.server_thread import require_server_extra
 
         require_server_extra("agl store serve")
-        from agl.store.serve import check_bind_address, serve
+        from agl.store._serve import check_bind_address, serve
 
         check_bind_address(host, token)
         console.print(

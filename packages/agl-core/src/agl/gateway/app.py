@@ -42,8 +42,8 @@ from agl.gateway.record import CallRecord
 from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
 from agl.resources import LLM
 from agl.server_auth import BearerTokenMiddleware
-from agl.store.base import Store
-from agl.tracing.exporter import SpanSender
+from agl.store._base import Store
+from agl.tracing._exporter import SpanSender
 
 __all__ = ["Gateway"]
 

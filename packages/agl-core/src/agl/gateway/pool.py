@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from agl.store.base import Store
+from agl.store._base import Store
 
 if TYPE_CHECKING:
     from agl.gateway.serve import GatewayServer

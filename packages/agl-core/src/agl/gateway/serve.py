@@ -9,8 +9,8 @@ from agl import server_auth
 from agl.gateway import paths
 from agl.gateway.app import Gateway
 from agl.server_thread import ServerThread
-from agl.store.base import Store
-from agl.store.open import open_store
+from agl.store._base import Store
+from agl.store._open import open_store
 
 __all__ = ["GatewayServer", "check_bind_address", "serve"]
 

@@ -1,9 +1,45 @@
 """Stores: where rollouts, attempts, spans and resources live.
 
-Open one by URL with :func:`open_store`; every backend implements :class:`Store`.
+Open one by URL with :func:`open_store`; every backend implements :class:`Store`. The built-in
+backends, for building one directly: :class:`MemoryStore`, :class:`SQLiteStore` and
+:class:`HttpStore` (a client of a store server); :class:`StoreServer` serves any store over
+HTTP. ``import agl.store`` stays light: those load their module (httpx, uvicorn) on first use.
 """
 
-from agl.store.base import Store, StoreStatistics
-from agl.store.open import open_store
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Store", "StoreStatistics", "open_store"]
+from agl.store._base import ClosingStore, Store, StoreStatistics
+from agl.store._open import open_store
+
+if TYPE_CHECKING:
+    from agl.store._http import HttpStore
+    from agl.store._memory import MemoryStore
+    from agl.store._serve import StoreServer
+    from agl.store._sqlite import SQLiteStore
+
+__all__ = [
+    "ClosingStore",
+    "HttpStore",
+    "MemoryStore",
+    "SQLiteStore",
+    "Store",
+    "StoreServer",
+    "StoreStatistics",
+    "open_store",
+]
+
+_LAZY = {
+    "HttpStore": "agl.store._http",
+    "MemoryStore": "agl.store._memory",
+    "SQLiteStore": "agl.store._sqlite",
+    "StoreServer": "agl.store._serve",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agl.store' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

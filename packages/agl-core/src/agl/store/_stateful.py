@@ -2,7 +2,7 @@
 
 A subclass provides :meth:`StatefulStore._run`: run a function over a
 :class:`~agl.store._tx.Transaction`, atomically. This class turns the engine's operations into
-the async :class:`~agl.store.base.Store` API and implements long polling: waiters sleep on a
+the async :class:`~agl.store._base.Store` API and implements long polling: waiters sleep on a
 :class:`_Notifier` that every state change wakes, and re-check at least every
 ``poll_interval`` seconds so deadlines (timeouts, lost heartbeats) and writes made by other
 processes are noticed too.
@@ -33,9 +33,9 @@ from agl.rollouts import (
 )
 from agl.spans import Span
 from agl.store import _engine as engine
+from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
 from agl.store._tx import Transaction
-from agl.store.base import ClosingStore, StoreStatistics
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class StatefulStore(ClosingStore):
-    """The :class:`~agl.store.base.Store` API over the engine, for memory and SQLite."""
+    """The :class:`~agl.store._base.Store` API over the engine, for memory and SQLite."""
 
     def __init__(self, url: str, *, poll_interval: float = 0.25) -> None:
         self._url = url

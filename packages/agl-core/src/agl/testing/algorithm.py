@@ -59,7 +59,7 @@ from pydantic import JsonValue
 
 import agl
 from agl.metrics import read_metrics
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 
 if TYPE_CHECKING:
     from agl.testing.openai_server import OpenAIServer

@@ -31,7 +31,7 @@ server needs agl-core's ``server`` extra.)
 
 The suite checks that spans recorded inside ``tracer.rollout(...)`` reach the store with the
 rollout's and attempt's ids and in the rollout's trace; that an LLM-call span
-(:func:`agl.tracing.conventions.is_llm_span`) carries the ``gen_ai.response.id`` the server sent;
+(:func:`agl.tracing.is_llm_span`) carries the ``gen_ai.response.id`` the server sent;
 that concurrent rollouts do not mix; that ``instrument()`` twice equals once; and that after
 ``uninstrument()`` nothing is recorded, until ``instrument()`` again.
 
@@ -54,10 +54,10 @@ import pytest
 
 import agl
 from agl import RolloutRequest, Span, semconv
-from agl.store.memory import MemoryStore
+from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer
-from agl.tracing.conventions import is_llm_span
-from agl.tracing.instrumentor import Instrumentor, InstrumentorFactory
+from agl.tracing._conventions import is_llm_span
+from agl.tracing._instrumentor import Instrumentor, InstrumentorFactory
 
 __all__ = ["InstrumentorConformance", "LLMCall", "RecordingOpenAIServer"]
 

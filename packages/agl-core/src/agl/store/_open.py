@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agl.errors import InvalidInputError
-from agl.store.base import Store
+from agl.store._base import Store
 
 SCHEMES = ("memory", "sqlite", "http", "https")
 """The URL schemes of core's own stores."""
@@ -36,9 +36,9 @@ def open_store(
 
     - ``memory://``: in this process's memory;
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a durable SQLite file
-      (created if missing), options in the query string (see :mod:`agl.store.sqlite`);
+      (created if missing), options in the query string (see :mod:`agl.store._sqlite`);
     - ``http://host:port`` or ``https://…``: a client of ``agl store serve``; keyword options
-      (``token``, ``timeout``, ``retries``) go to :class:`~agl.store.http.HttpStore`;
+      (``token``, ``timeout``, ``retries``) go to :class:`~agl.store._http.HttpStore`;
     - any other scheme in ``schemes``: ``schemes[scheme](url, **options)``. A plugin's schemes
       are opened by its :class:`agl.plugins.PluginManager` (``PluginManager().open_store(url)``),
       as the trainer, the runner and the CLI do.
@@ -50,11 +50,11 @@ def open_store(
     """
     scheme = scheme_of(url)
     if scheme == "memory":
-        from agl.store.memory import MemoryStore
+        from agl.store._memory import MemoryStore
 
         return MemoryStore(url, **options)
     if scheme == "sqlite":
-        from agl.store.sqlite import SQLiteStore
+        from agl.store._sqlite import SQLiteStore
 
         if options:
             raise InvalidInputError(
@@ -63,7 +63,7 @@ def open_store(
             )
         return SQLiteStore.from_url(url)
     if scheme in ("http", "https"):
-        from agl.store.http import HttpStore
+        from agl.store._http import HttpStore
 
         return HttpStore(url, **options)
     factory = (schemes or {}).get(scheme)

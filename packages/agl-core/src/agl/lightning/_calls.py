@@ -9,8 +9,8 @@ pairs the two, decides which agent each call belongs to and which rewards follow
   whose twin has no response id (or that has none itself) is paired with the next unpaired
   instrumented span in call order; a call seen on one side only is kept with what that side
   knows. A call two instrumentations recorded counts once
-  (:func:`~agl.tracing.same_call.same_call_groups`). An LLM span is recognised by semantic
-  conventions (:func:`~agl.tracing.conventions.is_llm_span`: ``agl.span.type``,
+  (:func:`~agl.tracing._same_call.same_call_groups`). An LLM span is recognised by semantic
+  conventions (:func:`~agl.tracing.is_llm_span`: ``agl.span.type``,
   ``gen_ai.operation.name``, ``gen_ai.system``), never by its name, so tool-calling and
   structured-output calls of every framework count.
 - **Repair** the span tree: a span whose parent is missing from the attempt, or whose parent's
@@ -35,8 +35,8 @@ from typing import Any
 
 from agl import semconv
 from agl.spans import Span
-from agl.tracing.conventions import is_llm_span
-from agl.tracing.same_call import same_call_groups
+from agl.tracing._conventions import is_llm_span
+from agl.tracing._same_call import same_call_groups
 
 __all__ = ["AttemptCalls", "LLMCall", "extract_calls"]
 
@@ -271,7 +271,7 @@ def _one_span_per_response(
     """One instrumented span per call: the first inside an agent, else the first.
 
     Two instrumentations can record the same call (a LangChain chat model and the OpenAI client
-    it drives); :func:`~agl.tracing.same_call.same_call_groups` tells which spans are one call
+    it drives); :func:`~agl.tracing._same_call.same_call_groups` tells which spans are one call
     (the response id, or for a failed call, time and input messages).
     """
     kept: set[str] = set()

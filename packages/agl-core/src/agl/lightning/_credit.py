@@ -1,9 +1,9 @@
 """Credit assignment: how a rollout's rewards become one return per LLM call.
 
 A strategy sees every call of one attempt (all agents, in the order they started, each with the
-step rewards :func:`~agl.lightning.calls.extract_calls` gave it) and the attempt's final reward,
+step rewards :func:`~agl.lightning._calls.extract_calls` gave it) and the attempt's final reward,
 and returns one number per call: the return that call is credited with. Advantages are computed
-from these returns afterwards (:mod:`agl.lightning.advantages`).
+from these returns afterwards (:mod:`agl.lightning._advantages`).
 
 Worked example: an agent makes three calls; ``emit_reward(0.2)`` follows the first, the
 second's response is linked by id to ``emit_reward(0.5, response_id=...)``, and the rollout
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agl.errors import InvalidInputError
-from agl.lightning.calls import LLMCall
+from agl.lightning._calls import LLMCall
 
 __all__ = [
     "BUILTIN_CREDIT",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from agl.lightning.transitions import Transition
+from agl.lightning._transitions import Transition
 
 if TYPE_CHECKING:
     from agl.algorithm import StepBatch

@@ -1,7 +1,7 @@
 """Send finished spans to a store in batches, from a background thread.
 
 The agent's code never waits for the store: a finished span is put in a bounded buffer and a
-sender thread ships batches with :meth:`~agl.store.base.Store.add_spans`. While the store is
+sender thread ships batches with :meth:`~agl.store.Store.add_spans`. While the store is
 unreachable the sender keeps the spans and retries with backoff; if the buffer fills, the oldest
 spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A batch the
 store refuses as invalid (an unknown rollout, say) is dropped and counted as rejected, never
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from agl.errors import AglError, StoreUnavailableError
 from agl.spans import Span
-from agl.store.base import Store
+from agl.store._base import Store
 
 __all__ = ["SenderStats", "SpanSender"]
 

@@ -2,7 +2,7 @@
 
 ``opentelemetry-instrumentation-openai`` does the recording (sync and async clients, streaming,
 chat completions, completions and the Responses API, tool calls); agl points it at its own
-tracer provider, and :mod:`agl.tracing.conventions` brings its attributes to agl's conventions
+tracer provider, and :func:`agl.tracing.is_llm_span` brings its attributes to agl's conventions
 when the spans are converted.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agl.errors import AglError
-from agl.tracing.tracer import Tracer
+from agl.tracing._tracer import Tracer
 
 __all__ = ["OpenAIInstrumentation"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agl.lightning.calls import extract_calls
+from agl.lightning._calls import extract_calls
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -42,8 +42,8 @@ from agl.rollouts import (
     new_id,
 )
 from agl.spans import Span
+from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS, as_list, as_resources
-from agl.store.base import ClosingStore, StoreStatistics
 
 if TYPE_CHECKING:
     import aiohttp
@@ -82,7 +82,7 @@ def _never_sent(exc: Exception) -> bool | None:
 
 
 class HttpStore(ClosingStore):
-    """A :class:`~agl.store.base.Store` backed by a remote ``agl store serve``.
+    """A :class:`~agl.store._base.Store` backed by a remote ``agl store serve``.
 
     Args:
         url: ``http://host:port`` (a path prefix is kept, for servers behind a proxy).

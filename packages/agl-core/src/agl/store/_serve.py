@@ -10,9 +10,9 @@ from typing import Any
 
 from agl import server_auth
 from agl.server_thread import ServerThread
-from agl.store.base import Store
-from agl.store.open import open_store
-from agl.store.server import DEFAULT_MAX_BODY_BYTES, create_app
+from agl.store._base import Store
+from agl.store._open import open_store
+from agl.store._server import DEFAULT_MAX_BODY_BYTES, create_app
 
 __all__ = ["DEFAULT_PORT", "StoreServer", "check_bind_address", "serve"]
 
@@ -65,7 +65,7 @@ class StoreServer(ServerThread):
     """A store server on a background thread, for tests, benchmarks and single-machine runs.
 
     ``StoreServer("sqlite:///runs/agl.db")`` opens the store itself and closes it on exit; pass
-    a :class:`~agl.store.base.Store` to serve one you own. ``port=0`` picks a free port;
+    a :class:`~agl.store._base.Store` to serve one you own. ``port=0`` picks a free port;
     :attr:`url` says which.
 
     Example::

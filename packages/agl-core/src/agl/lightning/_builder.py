@@ -7,11 +7,11 @@
     tensors = batch.to_tensors(pad_token_id=tokenizer.pad_token_id)
     ctx.log(step, batch.report.as_metrics())          # what was dropped, and why
 
-For each rollout: read its calls (:func:`~agl.lightning.calls.extract_calls`: gateway and
+For each rollout: read its calls (:func:`~agl.lightning._calls.extract_calls`: gateway and
 instrumented spans joined, each call attributed to its agent, step rewards matched), credit
-every call with a return (:mod:`~agl.lightning.credit`), compute rollout-level group advantages
-(:mod:`~agl.lightning.advantages`), keep the calls of the selected agents and turn them into
-:class:`~agl.lightning.transitions.Transition` samples, one per call or, in trajectory mode, one
+every call with a return (:mod:`~agl.lightning._credit`), compute rollout-level group advantages
+(:mod:`~agl.lightning._advantages`), keep the calls of the selected agents and turn them into
+:class:`~agl.lightning._transitions.Transition` samples, one per call or, in trajectory mode, one
 per run of calls that extend each other. Whatever cannot be trained is dropped with a counted
 reason in :attr:`TransitionBatch.report`, never raised.
 """
@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agl.errors import InvalidInputError
-from agl.lightning.advantages import AdvantageEstimator, Group, advantage_estimator
-from agl.lightning.calls import AttemptCalls, LLMCall, extract_calls
-from agl.lightning.credit import CreditAssigner, credit_assigner
-from agl.lightning.transitions import DropReport, Transition, TransitionBatch
+from agl.lightning._advantages import AdvantageEstimator, Group, advantage_estimator
+from agl.lightning._calls import AttemptCalls, LLMCall, extract_calls
+from agl.lightning._credit import CreditAssigner, credit_assigner
+from agl.lightning._transitions import DropReport, Transition, TransitionBatch
 from agl.results import RolloutResult
 from agl.rollouts import AttemptStatus, RolloutStatus
 

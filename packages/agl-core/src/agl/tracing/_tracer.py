@@ -33,9 +33,9 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 
 from agl import semconv
 from agl.errors import InvalidInputError
-from agl.store.base import Store
-from agl.tracing.convert import to_agl_span
-from agl.tracing.exporter import SenderStats, SpanSender
+from agl.store._base import Store
+from agl.tracing._convert import to_agl_span
+from agl.tracing._exporter import SenderStats, SpanSender
 
 __all__ = ["RolloutBinding", "Tracer", "current_binding"]
 
@@ -95,7 +95,7 @@ class Tracer:
         set_global: Also install the provider as OpenTelemetry's global one, so code that
             traces through ``opentelemetry.trace.get_tracer`` is captured too.
         flush_timeout: Seconds a rollout's end waits for its spans to reach the store.
-        sender_options: Passed to :class:`~agl.tracing.exporter.SpanSender` (batch and
+        sender_options: Passed to :class:`~agl.tracing._exporter.SpanSender` (batch and
             buffer sizes).
     """
 

@@ -1,7 +1,7 @@
 """Advantage estimators: from per-call returns to per-call advantages, with group baselines.
 
 A **group** is the ``n`` rollouts of one task (``AlgorithmContext.run_rollouts(tasks, n=...)``).
-Each rollout has a **value**, the return of its first call (with :class:`~agl.lightning.credit.
+Each rollout has a **value**, the return of its first call (with :class:`~agl.lightning._credit.
 FinalReward`, its final reward; a rollout that made no call of a trained agent still counts with
 its final reward), and each call a return. Baselines and scales are statistics over *rollout*
 values, one per rollout, never over calls: a rollout that made twenty calls weighs in a group's

@@ -54,8 +54,8 @@ from agl.rollouts import (
 )
 from agl.server_auth import BearerTokenMiddleware
 from agl.spans import Span
+from agl.store._base import Store, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS
-from agl.store.base import Store, StoreStatistics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 

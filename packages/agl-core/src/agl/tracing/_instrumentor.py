@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    from agl.tracing.tracer import Tracer
+    from agl.tracing._tracer import Tracer
 
 __all__ = ["Instrumentor", "InstrumentorFactory", "PatchingInstrumentor", "ScriptInstrumentation"]
 

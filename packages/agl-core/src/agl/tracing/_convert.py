@@ -10,7 +10,7 @@ from opentelemetry.trace import SpanKind as OtelSpanKind
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
 from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
-from agl.tracing.conventions import normalize_attributes
+from agl.tracing._conventions import normalize_attributes
 
 __all__ = ["to_agl_span"]
 
