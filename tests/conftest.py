@@ -17,7 +17,7 @@ import pytest
 
 if TYPE_CHECKING:
     import agl
-    from agl.gateway.serve import GatewayServer
+    from agl.gateway._serve import GatewayServer
     from agl.store._memory import MemoryStore
     from agl.testing.openai_server import OpenAIServer
 
@@ -70,7 +70,7 @@ def tracer(store: MemoryStore) -> Iterator[agl.Tracer]:
 
 @pytest.fixture
 def gateway(upstream: OpenAIServer, store: MemoryStore) -> Iterator[GatewayServer]:
-    from agl.gateway.serve import GatewayServer
+    from agl.gateway._serve import GatewayServer
     from agl.testing.openai_server import echo
 
     upstream.script = echo

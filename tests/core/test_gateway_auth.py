@@ -16,7 +16,7 @@ import agl
 from agl import RolloutRequest
 from agl.errors import InvalidInputError
 from agl.gateway import GatewayServer
-from agl.gateway.serve import check_bind_address
+from agl.gateway._serve import check_bind_address
 from agl.server_auth import bearer_token
 from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo

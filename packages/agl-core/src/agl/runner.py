@@ -96,7 +96,7 @@ class RunnerStats:
     """Store calls that failed after the client's own retries (the runner kept going)."""
     gateway_flush_failures: int = 0
     """Gateway flushes that did not confirm before an attempt was reported (see
-    :mod:`agl.gateway.flusher`)."""
+    :mod:`agl.gateway._flusher`)."""
     reasons: dict[str, int] = field(default_factory=dict)
     """Failure reasons, with how often each occurred (first line of the reason)."""
 
@@ -199,7 +199,7 @@ class Runner:
         self._drain = True
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        from agl.gateway.flusher import GatewayFlusher
+        from agl.gateway._flusher import GatewayFlusher
 
         token = gateway_token if gateway_token is not None else os.environ.get("AGL_GATEWAY_TOKEN")
         self._gateways = GatewayFlusher(token, gateway_flush_timeout)
@@ -477,7 +477,7 @@ class Runner:
 
     def _flush_urls(self, resources_id: str | None, rollout_id: str, attempt_id: str) -> list[str]:
         """The flush URLs of the gateways among the (just fetched) resources' LLM endpoints."""
-        from agl.gateway.paths import flush_url
+        from agl.gateway._paths import flush_url
 
         cached = self._resources.get(resources_id) if resources_id is not None else None
         if cached is None:

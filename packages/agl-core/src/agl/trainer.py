@@ -42,7 +42,7 @@ from agl.agent import LitAgent, as_agent
 from agl.algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
 from agl.datasets import DatasetSource, load_tasks
 from agl.errors import AglError, InvalidInputError
-from agl.gateway.pool import GatewayPool
+from agl.gateway._pool import GatewayPool
 from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
 from agl.resources import Resource

@@ -55,7 +55,7 @@ def gateway_serve(
         from agl.server_thread import require_server_extra
 
         require_server_extra("agl gateway serve")
-        from agl.gateway.serve import check_bind_address, serve
+        from agl.gateway._serve import check_bind_address, serve
         from agl.plugins import open_store
 
         check_bind_address(host, token)

@@ -6,7 +6,7 @@ a test against the scripted server checks behaviour the real ``vllm serve`` has,
 gets the same error for the same mistake from each of them.
 """
 
-from agl.openai_wire.bodies import (
+from agl.openai_wire._bodies import (
     DONE,
     Logprob,
     TokenLogprobs,
@@ -31,7 +31,7 @@ from agl.openai_wire.bodies import (
     usage,
     usage_chunk,
 )
-from agl.openai_wire.requests import (
+from agl.openai_wire._requests import (
     MAX_TOP_LOGPROBS,
     Api,
     WireError,

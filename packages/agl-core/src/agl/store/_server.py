@@ -294,7 +294,7 @@ def create_app(
         },
     )
     async def otlp_traces(request: Request) -> Response:
-        from agl.store import otlp
+        from agl.store import _otlp as otlp
 
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:

@@ -24,7 +24,7 @@ from agl.lightning import AttemptCalls, extract_calls
 from agl.rollouts import AttemptStatus, RolloutRequest
 
 if TYPE_CHECKING:
-    from agl.gateway.serve import GatewayServer
+    from agl.gateway._serve import GatewayServer
 
 __all__ = ["joined_calls", "run_through_gateway", "spans_of_type"]
 

@@ -5,7 +5,7 @@ URL. Each chat or completions call is forwarded to one of the upstream servers (
 agl-torch policy server, a hosted API; the same one for every call of a rollout), asking for the
 prompt and response token ids (vLLM's ``return_token_ids``) and logprobs. The agent gets the
 response it asked for (the extra fields removed unless it asked for them too); the store gets
-one span per call (:mod:`agl.gateway.record`). Streams are passed through as they are produced
+one span per call (:mod:`agl.gateway._record`). Streams are passed through as they are produced
 and assembled for the record. Upstream errors, timeouts and client disconnects are recorded as
 failed calls and answered with OpenAI-style errors; none of them takes the gateway down.
 
@@ -14,7 +14,7 @@ their OpenAI API key (the runner gives it to them as :attr:`agl.LLM.api_key`, fr
 ``AGL_GATEWAY_TOKEN``), and it is never passed upstream.
 
 ``POST /rollout/{rollout_id}/attempt/{attempt_id}/flush`` returns once every call answered so
-far is in the store (:mod:`agl.gateway.paths`); the runner calls it before it reports an attempt
+far is in the store (:mod:`agl.gateway._paths`); the runner calls it before it reports an attempt
 finished, so a gateway in another process or on another host loses no call to the algorithm.
 
 With ``enforce_resources=True``, the model name and sampling parameters of the LLM resource the
@@ -37,8 +37,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agl.errors import AglError, InvalidInputError, NotFoundError
-from agl.gateway import openapi, paths
-from agl.gateway.record import CallRecord
+from agl.gateway import _openapi as openapi
+from agl.gateway import _paths as paths
+from agl.gateway._record import CallRecord
 from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
 from agl.resources import LLM
 from agl.server_auth import BearerTokenMiddleware

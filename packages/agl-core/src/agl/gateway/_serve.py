@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agl import server_auth
-from agl.gateway import paths
-from agl.gateway.app import Gateway
+from agl.gateway import _paths as paths
+from agl.gateway._app import Gateway
 from agl.server_thread import ServerThread
 from agl.store._base import Store
 from agl.store._open import open_store

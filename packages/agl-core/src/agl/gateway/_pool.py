@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from agl.store._base import Store
 
 if TYPE_CHECKING:
-    from agl.gateway.serve import GatewayServer
+    from agl.gateway._serve import GatewayServer
 
 __all__ = ["GatewayPool"]
 
@@ -30,7 +30,7 @@ class GatewayPool:
         from agl.server_thread import require_server_extra
 
         require_server_extra("serving an LLM through agl's gateway (ctx.serve_llm)")
-        from agl.gateway.serve import GatewayServer
+        from agl.gateway._serve import GatewayServer
 
         key = tuple(upstreams)
         server = self.servers.get(key)

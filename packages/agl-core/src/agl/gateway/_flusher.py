@@ -3,7 +3,7 @@
 A gateway records each call it answers and sends the record to the store on its own schedule
 (within its sender's delay). When the gateway runs in another process or on another host, the
 runner asks it, after the agent returned and before reporting the attempt finished, to flush
-(``POST …/rollout/{rollout_id}/attempt/{attempt_id}/flush``, see :mod:`agl.gateway.paths`).
+(``POST …/rollout/{rollout_id}/attempt/{attempt_id}/flush``, see :mod:`agl.gateway._paths`).
 Whoever then sees the rollout finished finds every call's token ids in the store.
 
 A flush that fails (the gateway is gone, or slower than ``timeout``) is logged and counted, and
