@@ -29,9 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
+from agl._results import RolloutResult, summarize
+from agl._spans import new_span_id, new_trace_id
 from agl.lightning import TransitionBuilder
-from agl.results import RolloutResult, summarize
-from agl.spans import new_span_id, new_trace_id
 
 TARGET = 50_000
 

@@ -138,7 +138,7 @@ def bench_training(
 
 
 def bench_loop(directory: Path, steps: int) -> dict[str, float]:
-    from agl.metrics import read_metrics
+    from agl import read_metrics
     from agl_torch.quickstart import run
 
     run(directory / "loop", steps=steps, warmup_epochs=60, progress=False)

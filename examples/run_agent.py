@@ -18,7 +18,7 @@ import argparse
 import openai
 
 import agl
-from agl.algorithm import AlgorithmContext, Baseline
+from agl import AlgorithmContext, Baseline
 from agl.testing.openai_server import OpenAIServer, Reply
 
 TASKS = [{"a": a, "b": b} for a in range(1, 6) for b in range(1, 5)]

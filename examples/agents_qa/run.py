@@ -49,8 +49,8 @@ from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT, corpus, questions
 from rich.console import Console
 
 import agl
+from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
-from agl.metrics import read_metrics
 
 __all__ = ["INSTRUMENT", "dev", "main", "train"]
 

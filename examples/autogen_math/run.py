@@ -38,8 +38,8 @@ from math_agent import SYSTEM_PROMPT, math_agent, problems
 from rich.console import Console
 
 import agl
+from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
-from agl.metrics import read_metrics
 
 __all__ = ["INSTRUMENT", "dev", "main", "train"]
 

@@ -45,8 +45,8 @@ from rich.console import Console
 from support_crew import RESEARCH, WRITE, support_crew
 
 import agl
+from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
-from agl.metrics import read_metrics
 
 __all__ = ["INSTRUMENT", "dev", "main", "train"]
 

@@ -45,8 +45,8 @@ from rich.console import Console
 from sql_agent import CHECKER_PROMPT, REWRITER_PROMPT, WRITER_PROMPT, sql_agent
 
 import agl
+from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
-from agl.metrics import read_metrics
 
 __all__ = [
     "INSTRUMENT",

@@ -17,8 +17,7 @@ import openai
 import pytest
 
 import agl
-from agl import LLM, PromptTemplate
-from agl.metrics import read_metrics
+from agl import LLM, PromptTemplate, read_metrics
 from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo
 

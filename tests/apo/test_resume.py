@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.metrics import read_metrics
+from agl import read_metrics
 from agl_apo import APOState
 from agl_apo.state import find_checkpoint, run_key
 

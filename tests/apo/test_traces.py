@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import agl
-from agl import semconv
+from agl import RolloutResult, semconv
 from agl.lightning import LLMCall
-from agl.results import RolloutResult
 from agl_apo.traces import examples_from, render_examples, worst
 
 TRACE = "0" * 31 + "1"

@@ -24,9 +24,9 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import agl
 from agl import TransitionBuilder, semconv
+from agl._results import fetch_results
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
-from agl.results import fetch_results
 from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,

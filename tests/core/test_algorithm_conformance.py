@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.algorithm import reward_metrics
+from agl import reward_metrics
 from agl.testing.algorithm import AlgorithmConformance, llm_agent
 from agl.testing.openai_server import OpenAIServer
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.context import AlgorithmContext, RunState
+from agl._context import AlgorithmContext, RunState
 from agl.store._memory import MemoryStore
 
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from pydantic import JsonValue
 
-from agl.datasets import load_tasks
-from agl.errors import AglError, InvalidInputError
+from agl import AglError, InvalidInputError, load_tasks
 
 ROWS = [
     {"question": "1+1?", "answer": 2},

@@ -16,8 +16,8 @@ import pytest
 
 import agl
 from agl import RolloutRequest, RolloutStatus, semconv
+from agl._results import fetch_results
 from agl.lightning import TransitionBuilder, extract_calls
-from agl.results import fetch_results
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
 from agl.testing.processes import Processes, runner_summary, write_agent

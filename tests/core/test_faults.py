@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 
 import agl
-from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Span, semconv
-from agl.results import RolloutResult, fetch_results
-from agl.runner import Runner
+from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Runner, Span, semconv
+from agl._results import RolloutResult, fetch_results
 from agl.store._serve import StoreServer
 from agl.testing.openai_server import OpenAIServer, error_reply
 from agl.testing.ports import free_port

@@ -34,9 +34,8 @@ def test_every_hook_is_listed_once() -> None:
 
 @pytest.mark.parametrize("name", sorted(specs()))
 def test_every_hook_is_typed_and_documented(name: str) -> None:
-    from agl.algorithm import Algorithm
+    from agl import Algorithm, Attempt, AttemptStatus, Rollout
     from agl.lightning._credit import CreditAssigner
-    from agl.rollouts import Attempt, AttemptStatus, Rollout
     from agl.tracing._instrumentor import Instrumentor
 
     spec = specs()[name]

@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from agl.cli.metrics import metrics_app
-from agl.errors import AglError, ConflictError, InvalidInputError
-from agl.metrics import MetricsLogger, plot_metrics, read_metrics
+from agl import AglError, ConflictError, InvalidInputError
+from agl._metrics import MetricsLogger, plot_metrics, read_metrics
+from agl.cli._metrics import metrics_app
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

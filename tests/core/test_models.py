@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Span
-from agl.spans import new_span_id, new_trace_id
+from agl._spans import new_span_id, new_trace_id
 
 
 def test_span_ids_must_be_lowercase_hex_of_the_right_length() -> None:

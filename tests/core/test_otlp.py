@@ -28,9 +28,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, Status
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError, Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
-from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.store._otlp import OTLP_CONTENT_TYPES, decode_traces, encode_response
 
 PROTOBUF, JSON = OTLP_CONTENT_TYPES

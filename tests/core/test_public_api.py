@@ -23,7 +23,8 @@ EXPECTED = {
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
     "RolloutResult", "Runner", "Trainer", "rollout", "agent_span", "hookimpl", "TransitionBuilder",
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
-    "SamplingSettings",
+    "SamplingSettings", "DatasetSource", "ServerThread", "check_at_least", "load_tasks",
+    "model_or_env", "plot_metrics", "read_metrics", "reward_metrics", "settings",
 }  # fmt: skip
 
 
@@ -45,6 +46,7 @@ FACADES = {
         "Transition", "TransitionBatch", "agent_stats", "agent_steps_table", "agents_table",
         "best_transitions", "extract_calls",
     },
+    "agl.cli": {"app", "main"},
     "agl.gateway": {"Gateway", "GatewayServer"},
     "agl.openai_wire": {
         "DONE", "MAX_TOP_LOGPROBS", "Api", "Logprob", "TokenLogprobs", "WireError", "WireRequest",
@@ -107,7 +109,7 @@ def test_errors_form_one_hierarchy() -> None:
 
 
 PRIVATE_BEHIND_FACADE = [
-    "agl.gateway", "agl.lightning", "agl.openai_wire", "agl.store", "agl.tracing",
+    "agl.cli", "agl.gateway", "agl.lightning", "agl.openai_wire", "agl.store", "agl.tracing",
 ]  # fmt: skip
 """Facades whose implementation modules are all private: their __all__ is the whole API."""
 
@@ -121,3 +123,53 @@ def test_a_facades_implementation_modules_are_private(facade: str) -> None:
         if not info.name.startswith("_")
     ]
     assert public == [], f"{facade} has public implementation modules: {public}"
+
+
+PUBLIC_MODULES = [
+    "auto", "cli", "compat", "gateway", "hookspecs", "lightning", "openai_wire", "plugins",
+    "semconv", "store", "testing", "tracing",
+]  # fmt: skip
+"""agl's public modules: the facades, ``import agl.auto``, the CLI and the conventions."""
+
+
+def test_agl_has_no_other_public_modules() -> None:
+    public = [info.name for info in pkgutil.iter_modules(agl.__path__) if info.name[0] != "_"]
+    assert public == PUBLIC_MODULES
+
+
+def test_the_semantic_conventions_are_constants_all_exported() -> None:
+    from agl import semconv
+
+    constants = {name for name in vars(semconv) if name.isupper()}
+    assert set(semconv.__all__) == constants
+    assert semconv.__all__ == sorted(semconv.__all__)
+    assert all(isinstance(getattr(semconv, name), str) for name in constants)
+
+
+PLUGIN_TREES = ["packages", "examples"]
+"""Code that uses agl as its users do: only the public modules, never an underscored one."""
+
+
+def test_plugins_and_examples_import_public_modules_only() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for tree in PLUGIN_TREES:
+        for path in sorted((root / tree).rglob("*.py")):
+            if "agl-core" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] == "agl" and any(part.startswith("_") for part in parts):
+                        found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    assert found == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agl import Rollout, Span, semconv
-from agl.results import summarize
+from agl._results import summarize
 
 
 def _llm(response_id: str | None) -> Span:

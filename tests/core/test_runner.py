@@ -12,10 +12,9 @@ import openai
 import pytest
 
 import agl
-from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, semconv
+from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Runner, semconv
+from agl._results import fetch_results
 from agl.gateway import GatewayServer
-from agl.results import fetch_results
-from agl.runner import Runner
 from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, echo
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import agl
-from agl.settings import check_at_least, settings
+from agl import check_at_least, settings
 
 
 def test_an_argument_is_the_object_none_or_a_mapping_of_its_fields() -> None:

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from agl import RolloutRequest
-from agl.errors import StoreError
+from agl import RolloutRequest, StoreError
 from agl.store import _engine as engine
 from agl.store._sqlite import SQLiteStore
 from agl.store._tx import Transaction

@@ -61,7 +61,7 @@ def test_loop_settings_are_one_checked_frozen_object() -> None:
 
 
 def test_model_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agl.algorithm import model_or_env
+    from agl import model_or_env
 
     monkeypatch.delenv("AGL_SOME_MODEL", raising=False)
     assert model_or_env(None, "AGL_SOME_MODEL") is None

@@ -19,8 +19,8 @@ import pytest
 from rich.console import Console
 
 import agl
+import agl._metrics
 import agl.lightning
-import agl.metrics
 from agl.testing.openai_server import OpenAIServer, echo
 
 
@@ -51,7 +51,7 @@ def test_fit_runs_every_batch_and_writes_metrics(tmp_path: Path) -> None:
         "rollouts": 14, "succeeded": 12, "failed": 2, "cancelled": 0, "retried": 0,
         "timed_out": 0,
     }  # fmt: skip
-    rows = agl.metrics.read_metrics(tmp_path / "run")
+    rows = agl.read_metrics(tmp_path / "run")
     train_rows = [row for row in rows if "reward/mean" in row]
     assert [row["step"] for row in train_rows] == [1, 2, 3, 4]
     assert train_rows[0]["reward/mean"] == pytest.approx(0.2)  # (0.1 + 0.2 + 0.3) / 3
@@ -90,7 +90,7 @@ def test_a_step_timeout_cancels_what_has_not_finished_and_the_run_goes_on(
     assert result.totals["timed_out"] == 1
     assert result.totals["cancelled"] == 1
     assert result.totals["succeeded"] == 3
-    rows = [row for row in agl.metrics.read_metrics(tmp_path / "run") if "reward/mean" in row]
+    rows = [row for row in agl.read_metrics(tmp_path / "run") if "reward/mean" in row]
     assert [row["step"] for row in rows] == [1, 2]
     assert rows[0]["rollouts/failed"] == 1
     assert rows[0]["time/rollout_s"] < 30
@@ -219,7 +219,7 @@ class _ServeAndRun(agl.Algorithm):
         self.endpoint = llm.endpoint
         await ctx.publish({"llm": llm})
         results = await ctx.run_rollouts(ctx.train_tasks, n=2)
-        ctx.log(1, agl.algorithm.reward_metrics(results))
+        ctx.log(1, agl.reward_metrics(results))
 
 
 @agl.rollout

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 import agl
 from agl import TransitionBuilder, semconv
+from agl._results import fetch_results
 from agl.gateway import GatewayServer
-from agl.results import fetch_results
 from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,

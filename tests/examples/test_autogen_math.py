@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 import agl
-from agl import semconv
+from agl import read_metrics, semconv
 from agl.lightning import extract_calls
-from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ from pydantic import BaseModel
 
 import agl
 from agl import TransitionBuilder, semconv
+from agl._results import fetch_results
 from agl.gateway import GatewayServer
 from agl.lightning import extract_calls
-from agl.results import fetch_results
 from agl.store._memory import MemoryStore
 from agl.testing.gateway_rollouts import (
     joined_calls,
@@ -316,8 +316,8 @@ async def test_a_failed_call_recorded_by_both_instrumentations_counts_once(
     tracer: agl.Tracer,
     upstream: OpenAIServer,
 ) -> None:
-    from agl import rollout_facts
-    from agl.results import summarize
+    from agl import _rollout_facts as rollout_facts
+    from agl._results import summarize
     from agl.testing.openai_server import echo, error_reply
 
     upstream.script = lambda body: error_reply(500, "the engine is down")

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import agl
+from agl import read_metrics
 from agl.lightning import Transition
-from agl.metrics import read_metrics
 from agl_torch.engine import GenerationEngine, SamplingParams
 from agl_torch.learner import Learner
 from agl_torch.policy import load_policy, token_logprobs

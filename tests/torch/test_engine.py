@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from agl.errors import AglError, InvalidInputError
+from agl import AglError, InvalidInputError
 from agl_torch.engine import Completion, GenerationEngine, SamplingParams, Token
 
 pytestmark = pytest.mark.anyio

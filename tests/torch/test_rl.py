@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.metrics import read_metrics
+from agl import read_metrics
 from agl_torch.quickstart import calculator_agent, demonstrations, tasks
 from agl_torch.rl import LightningRLTorch
 from agl_torch.served_policy import find_checkpoint
@@ -157,7 +157,7 @@ def _result(rollout_id: str, task: int, reward: float | None) -> Any:
 
 
 def test_best_transitions_keeps_each_tasks_top_rollouts() -> None:
-    from agl.algorithm import StepBatch
+    from agl import StepBatch
     from agl.lightning import Transition, TransitionBatch
 
     results = [

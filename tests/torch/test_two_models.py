@@ -14,8 +14,8 @@ import openai
 import pytest
 
 import agl
+from agl import read_metrics
 from agl.lightning import extract_calls
-from agl.metrics import read_metrics
 from agl_torch import LightningRLTorch
 from agl_torch.served_policy import find_checkpoint
 from agl_torch.settings import ServingSettings

@@ -7,7 +7,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import Transition, TransitionBatch
 from agl_verl.dataproto import to_dataproto
 

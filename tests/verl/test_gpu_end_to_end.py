@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import agl
-import agl.metrics
+import agl._metrics
 from agl_verl.rl import LightningRLVerl
 
 pytestmark = [
@@ -51,7 +51,7 @@ def test_two_steps_on_one_gpu_log_reward_and_verls_actor_metrics(
     trainer = agl.Trainer(algorithm, run_dir=tmp_path / "run", console=False, plot=False)
     result = trainer.fit(echo_digit, [{"digit": d} for d in range(8)])
 
-    rows = [r for r in agl.metrics.read_metrics(tmp_path / "run") if "reward/mean" in r]
+    rows = [r for r in agl.read_metrics(tmp_path / "run") if "reward/mean" in r]
     assert [r["step"] for r in rows] == [1, 2]
     assert result.totals["succeeded"] == 32
     for row in rows:

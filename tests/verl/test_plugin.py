@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.plugins import PluginManager
 from agl_verl.rl import LightningRLVerl
 from agl_verl.sft import SFTVerl

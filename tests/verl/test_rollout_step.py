@@ -21,7 +21,7 @@ import torch
 from verl import DataProto
 
 import agl
-import agl.metrics
+import agl._metrics
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat, text_reply
 from agl_verl.rl import LightningRLVerl
 
@@ -175,7 +175,7 @@ def test_a_step_trains_on_the_finished_rollouts_token_for_token(
     assert data.batch["prompts"].shape[1] == 256
     assert data.batch["responses"].shape[1] == 64
 
-    row = next(r for r in agl.metrics.read_metrics(tmp_path / "run") if r.get("step") == 1)
+    row = next(r for r in agl.read_metrics(tmp_path / "run") if r.get("step") == 1)
     assert row["verl/samples"] == 4
     assert row["rollouts/failed"] == 5  # 2 crashed, 2 timed out, 1 crashed in the last task
     assert row["transitions/dropped/zero_variance_group"] == 4
@@ -213,7 +213,7 @@ def test_a_step_with_nothing_to_learn_skips_the_update(
 
     (engine,) = engine_class.instances
     assert engine.batches == []
-    rows = [r for r in agl.metrics.read_metrics(tmp_path / "run") if "reward/mean" in r]
+    rows = [r for r in agl.read_metrics(tmp_path / "run") if "reward/mean" in r]
     assert [r["verl/skipped_update"] for r in rows] == [1.0, 1.0]
 
 
@@ -272,6 +272,6 @@ def test_verl_trains_one_agent_of_several_on_that_agents_calls_only(
             render_chat([{"role": "user", "content": "say yes" if reward else "say no"}])
         )
         assert data.batch["prompts"][row][-len(prompt) :].tolist() == prompt
-    metrics = next(r for r in agl.metrics.read_metrics(tmp_path / "run") if r.get("step") == 1)
+    metrics = next(r for r in agl.read_metrics(tmp_path / "run") if r.get("step") == 1)
     assert metrics["agents/writer/calls"] == 4
     assert metrics["agents/checker/calls"] == 4

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import agl
-import agl.metrics
+import agl._metrics
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat
 from agl_verl.sft import SFTVerl, train_sft
 from agl_verl.sft_settings import SFTSettings
@@ -176,7 +176,7 @@ def test_sft_verl_distils_the_best_rollouts_after_the_conversations(
     before = logprob(messages_round.hf_model, ids, trained)  # type: ignore[arg-type]
     assert logprob(rollouts_round.hf_model, ids, trained) > before  # type: ignore[arg-type]
 
-    rows = list(agl.metrics.read_metrics(tmp_path / "run"))
+    rows = list(agl.read_metrics(tmp_path / "run"))
     setup = next(r for r in rows if "sft/messages/steps" in r)
     assert setup["sft/messages/steps"] == 2
     assert setup["sft/messages/samples"] == 4

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import Transition
 from agl_verl.sft_data import (
     token_rows_from_transitions,

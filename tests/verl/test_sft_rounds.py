@@ -15,9 +15,8 @@ import pytest
 
 import agl
 import agl_verl.sft
-from agl.algorithm import StepBatch
+from agl import StepBatch, read_metrics
 from agl.lightning import Transition
-from agl.metrics import read_metrics
 from agl.testing.openai_server import OpenAIServer
 from agl_verl.sft import SFTVerl
 from agl_verl.sft_settings import SFTSettings

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import Transition
 from agl_verl.sft_state import SFTState
 

@@ -20,8 +20,8 @@ from typer.testing import CliRunner, Result
 
 import agl
 from agl import semconv
+from agl._spans import SpanEvent, SpanKind, SpanStatus, StatusCode, new_trace_id
 from agl.cli import app
-from agl.spans import SpanEvent, SpanKind, SpanStatus, StatusCode, new_trace_id
 from agl.store._serve import StoreServer
 from agl.testing.ports import free_port
 

@@ -189,7 +189,7 @@ def test_bad_settings_name_what_is_wrong() -> None:
 def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final: float) -> Any:
     """A succeeded rollout whose agent made ``calls`` (prompt ids, response ids, logprobs)."""
     from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
-    from agl.results import summarize
+    from agl._results import summarize
 
     spans = []
     for i, (prompt, response, logprobs) in enumerate(calls):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from agl import Span, semconv
+from agl._spans import new_span_id, new_trace_id
 from agl.lightning import extract_calls
-from agl.spans import new_span_id, new_trace_id
 
 R, A = "ro-1", "at-1"
 TRACE = new_trace_id()

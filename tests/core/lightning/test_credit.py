@@ -8,10 +8,10 @@ import pytest
 
 import agl
 from agl import InvalidInputError
+from agl._trainer import resolve_algorithm
 from agl.lightning import DiscountedReturn, FinalReward, LLMCall, StepRewards, TransitionBuilder
 from agl.lightning._credit import PluginCredit, credit_assigner
 from agl.plugins import PluginManager
-from agl.trainer import resolve_algorithm
 
 
 def calls(*step_rewards: list[float]) -> list[LLMCall]:

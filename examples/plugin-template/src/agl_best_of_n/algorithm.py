@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import agl
-from agl.algorithm import reward_metrics
+from agl import reward_metrics
 
 __all__ = ["BestOfNAlgorithm"]
 

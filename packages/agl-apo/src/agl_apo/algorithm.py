@@ -31,10 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch
-from agl.errors import InvalidInputError
-from agl.resources import PromptTemplate, Resource
-from agl.settings import settings
+from agl import (
+    AlgorithmContext,
+    InvalidInputError,
+    LoopSettings,
+    PromptTemplate,
+    Resource,
+    StepAlgorithm,
+    StepBatch,
+    settings,
+)
 from agl_apo.estimate import CostEstimate, estimate_cost
 from agl_apo.meta_prompts import MetaPrompts
 from agl_apo.optimizer import (

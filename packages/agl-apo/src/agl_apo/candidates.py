@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from agl.errors import AglError
-from agl.resources import PromptTemplate
+from agl import AglError, PromptTemplate
 from agl_apo.state import Candidate
 
 __all__ = [

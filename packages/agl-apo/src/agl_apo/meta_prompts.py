@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 
 __all__ = ["KINDS", "REQUIRED", "MetaPrompts"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agl.errors import AglError, InvalidInputError
+from agl import AglError, InvalidInputError
 
 if TYPE_CHECKING:
     import openai

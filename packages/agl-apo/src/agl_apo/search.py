@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from agl.algorithm import AlgorithmContext, StepBatch
-from agl.resources import PromptTemplate
+from agl import AlgorithmContext, PromptTemplate, StepBatch
 from agl_apo.candidates import (
     CandidateError,
     check_template,

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agl.errors import InvalidInputError
-from agl.settings import check_at_least
+from agl import InvalidInputError, check_at_least
 
 __all__ = ["Budgets", "OptimizerSettings", "SearchSettings"]
 

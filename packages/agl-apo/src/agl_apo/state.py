@@ -18,8 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from agl.errors import NotFoundError
-from agl.resources import PromptTemplate, Resource, ResourcesUpdate, register_resource_type
+from agl import NotFoundError, PromptTemplate, Resource, ResourcesUpdate, register_resource_type
 from agl.store import Store
 
 __all__ = [

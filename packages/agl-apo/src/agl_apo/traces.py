@@ -20,10 +20,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from agl import semconv
+from agl import RolloutResult, Span, semconv
 from agl.lightning import LLMCall
-from agl.results import RolloutResult
-from agl.spans import Span
 
 __all__ = ["Example", "Turn", "examples_from", "render_examples", "worst"]
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 
-from agl.errors import AglError
+from agl import AglError
 from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_autogen._agent_turns import close_agent_turns
 from agl_autogen._normalize import agl_attributes

@@ -2,8 +2,8 @@
 
 from typing import TYPE_CHECKING, Any
 
-from agl.agent import LitAgent, rollout
-from agl.emitters import (
+from agl._agent import LitAgent, rollout
+from agl._emitters import (
     NoRolloutError,
     agent_span,
     emit_annotation,
@@ -13,7 +13,7 @@ from agl.emitters import (
     emit_reward,
     operation,
 )
-from agl.errors import (
+from agl._errors import (
     AglError,
     ConflictError,
     InvalidInputError,
@@ -23,7 +23,7 @@ from agl.errors import (
     TemplateFormatError,
     UnauthorizedError,
 )
-from agl.resources import (
+from agl._resources import (
     LLM,
     GenericResource,
     PromptTemplate,
@@ -32,7 +32,7 @@ from agl.resources import (
     register_resource_type,
     resource_types,
 )
-from agl.rollouts import (
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -43,26 +43,31 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
-from agl.settings import SamplingSettings
-from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
+from agl._settings import SamplingSettings, check_at_least, settings
+from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
-    from agl.algorithm import (
+    from agl._algorithm import (
         Algorithm,
         AlgorithmContext,
         Baseline,
         LoopSettings,
         StepAlgorithm,
         StepBatch,
+        model_or_env,
+        reward_metrics,
     )
+    from agl._datasets import DatasetSource, load_tasks
+    from agl._metrics import plot_metrics, read_metrics
+    from agl._per_agent import PerAgent
+    from agl._results import RolloutResult
+    from agl._runner import Runner
+    from agl._server_thread import ServerThread
+    from agl._trainer import FitResult, Trainer
     from agl.hookspecs import hookimpl
     from agl.lightning import Transition, TransitionBatch, TransitionBuilder
-    from agl.per_agent import PerAgent
-    from agl.results import RolloutResult
-    from agl.runner import Runner
     from agl.tracing import Tracer
-    from agl.trainer import FitResult, Trainer
 
 
 def _version() -> str:
@@ -79,22 +84,29 @@ __version__ = _version()
 
 
 _LAZY = {
-    "Algorithm": "agl.algorithm",
-    "AlgorithmContext": "agl.algorithm",
-    "Baseline": "agl.algorithm",
-    "FitResult": "agl.trainer",
+    "Algorithm": "agl._algorithm",
+    "AlgorithmContext": "agl._algorithm",
+    "Baseline": "agl._algorithm",
+    "DatasetSource": "agl._datasets",
+    "ServerThread": "agl._server_thread",
+    "load_tasks": "agl._datasets",
+    "model_or_env": "agl._algorithm",
+    "plot_metrics": "agl._metrics",
+    "read_metrics": "agl._metrics",
+    "reward_metrics": "agl._algorithm",
+    "FitResult": "agl._trainer",
     "TransitionBuilder": "agl.lightning",
-    "LoopSettings": "agl.algorithm",
-    "PerAgent": "agl.per_agent",
-    "StepAlgorithm": "agl.algorithm",
-    "StepBatch": "agl.algorithm",
+    "LoopSettings": "agl._algorithm",
+    "PerAgent": "agl._per_agent",
+    "StepAlgorithm": "agl._algorithm",
+    "StepBatch": "agl._algorithm",
     "Transition": "agl.lightning",
     "TransitionBatch": "agl.lightning",
     "hookimpl": "agl.hookspecs",
-    "RolloutResult": "agl.results",
-    "Runner": "agl.runner",
+    "RolloutResult": "agl._results",
+    "Runner": "agl._runner",
     "Tracer": "agl.tracing",
-    "Trainer": "agl.trainer",
+    "Trainer": "agl._trainer",
 }
 
 
@@ -119,6 +131,7 @@ __all__ = [
     "Baseline",
     "Claim",
     "ConflictError",
+    "DatasetSource",
     "FitResult",
     "GenericResource",
     "InvalidInputError",
@@ -138,6 +151,7 @@ __all__ = [
     "RolloutStatus",
     "Runner",
     "SamplingSettings",
+    "ServerThread",
     "Span",
     "SpanEvent",
     "SpanKind",
@@ -159,15 +173,22 @@ __all__ = [
     "UnauthorizedError",
     "Worker",
     "agent_span",
+    "check_at_least",
     "emit_annotation",
     "emit_exception",
     "emit_message",
     "emit_object",
     "emit_reward",
     "hookimpl",
+    "load_tasks",
+    "model_or_env",
     "open_store",
     "operation",
+    "plot_metrics",
+    "read_metrics",
     "register_resource_type",
     "resource_types",
+    "reward_metrics",
     "rollout",
+    "settings",
 ]

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from agl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from agl.algorithm import Algorithm
+    from agl._algorithm import Algorithm
+    from agl._resources import Resource
     from agl.lightning._credit import CreditAssigner
-    from agl.resources import Resource
     from agl.store._base import Store
     from agl.tracing import Tracer
     from agl.tracing._instrumentor import Instrumentor
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def agl_algorithms() -> Mapping[str, type[Algorithm]]:
-    from agl.algorithm import Baseline
+    from agl._algorithm import Baseline
 
     return {"baseline": Baseline}
 
@@ -57,6 +57,6 @@ def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
 
 @hookimpl
 def agl_resource_types() -> Sequence[type[Resource]]:
-    from agl.resources import LLM, PromptTemplate
+    from agl._resources import LLM, PromptTemplate
 
     return [LLM, PromptTemplate]

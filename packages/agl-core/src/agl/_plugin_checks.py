@@ -118,7 +118,7 @@ def check_provided(hook: str, value: object) -> dict[str, Any]:
 
 def _problem(hook: str, name: str, item: object) -> str | None:
     if hook == "agl_algorithms":
-        from agl.algorithm import Algorithm
+        from agl._algorithm import Algorithm
 
         if not (isinstance(item, type) and issubclass(item, Algorithm)):
             return f"{show(item)}, not a subclass of agl.Algorithm"
@@ -134,7 +134,7 @@ def _problem(hook: str, name: str, item: object) -> str | None:
 
 
 def _check_resource_types(value: object) -> dict[str, Any]:
-    from agl.resources import Resource
+    from agl._resources import Resource
 
     hook = "agl_resource_types"
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):

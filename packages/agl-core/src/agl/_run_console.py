@@ -11,16 +11,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agl.results import RolloutResult
+from agl._results import RolloutResult
 
 if TYPE_CHECKING:
-    from agl.trainer import FitResult
+    from agl._trainer import FitResult
 
 __all__ = ["ProgressBars", "dev_table", "print_summary"]
 
 
 class ProgressBars:
-    """The run's :class:`~agl.context.Progress`: one rich bar per batch of rollouts.
+    """The run's :class:`~agl._context.Progress`: one rich bar per batch of rollouts.
 
     With ``enabled`` False or no console, the bars count and show nothing.
     """

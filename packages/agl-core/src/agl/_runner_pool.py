@@ -17,8 +17,8 @@ import os
 import secrets
 from typing import Any
 
-from agl.agent import LitAgent
-from agl.errors import AglError
+from agl._agent import LitAgent
+from agl._errors import AglError
 from agl.plugins import PluginManager
 from agl.store._base import Store
 
@@ -50,7 +50,7 @@ class RunnerPool:
 
     async def start(self) -> None:
         """Start the runner task, or the store server and the runner processes."""
-        from agl.runner import Runner
+        from agl._runner import Runner
 
         if self.count == 1:
             self._runner = Runner(
@@ -68,7 +68,7 @@ class RunnerPool:
             return
         url, token = self.store.url, None
         if not url.startswith(("http://", "https://")):
-            from agl.server_thread import require_server_extra
+            from agl._server_thread import require_server_extra
 
             require_server_extra(
                 f"n_runners={self.count} serves the store to the runner processes over HTTP"
@@ -135,7 +135,7 @@ def _runner_process(
     instrument: list[str] | None,
 ) -> None:
     """A runner process's main: run until SIGTERM."""
-    from agl.runner import Runner
+    from agl._runner import Runner
 
     logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {worker_id}: %(message)s")
     if token is not None:

@@ -92,10 +92,10 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from agl.algorithm import Algorithm
+    from agl._algorithm import Algorithm
+    from agl._resources import Resource
+    from agl._rollouts import Attempt, AttemptStatus, Rollout
     from agl.lightning._credit import CreditAssigner
-    from agl.resources import Resource
-    from agl.rollouts import Attempt, AttemptStatus, Rollout
     from agl.store._base import Store
     from agl.tracing import Tracer
     from agl.tracing._instrumentor import Instrumentor

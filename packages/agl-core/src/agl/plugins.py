@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import pluggy
 
 from agl import hookspecs
+from agl._errors import AglError, InvalidInputError
 from agl._plugin_checks import (
     KINDS,
     Invalid,
@@ -42,13 +43,12 @@ from agl._plugin_checks import (
     registration_problem,
     show,
 )
-from agl.errors import AglError, InvalidInputError
 from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS, hookimpl
 
 if TYPE_CHECKING:
-    from agl.algorithm import Algorithm
+    from agl._algorithm import Algorithm
+    from agl._resources import Resource
     from agl.lightning._credit import CreditAssigner
-    from agl.resources import Resource
     from agl.store._base import Store
     from agl.tracing import Tracer
     from agl.tracing._instrumentor import Instrumentor, InstrumentorFactory
@@ -389,7 +389,7 @@ class PluginManager(pluggy.PluginManager):
                 arguments (the message says to build it yourself), or builds no algorithm.
             PluginError: a plugin is invalid.
         """
-        from agl.algorithm import Algorithm
+        from agl._algorithm import Algorithm
 
         cls = self.lookup("agl_algorithms", name)
         try:
@@ -465,7 +465,7 @@ class PluginManager(pluggy.PluginManager):
     def upgrade_resources(self, resources: Mapping[str, Resource]) -> dict[str, Resource]:
         """``resources`` with each generic one whose ``type`` a plugin provides validated into
         that plugin's class (what a store that does not know the type hands back)."""
-        from agl.resources import GenericResource
+        from agl._resources import GenericResource
 
         types = self.provided("agl_resource_types")
         return {
@@ -475,7 +475,7 @@ class PluginManager(pluggy.PluginManager):
             for name, value in resources.items()
         }
 
-    # --- the loop's hooks (see agl.algorithm.LoopHooks) -------------------------------------
+    # --- the loop's hooks (see agl._algorithm.LoopHooks) ------------------------------------
 
     def step_start(self, algorithm: str, step: int) -> None:
         """Fire ``agl_step_start``."""

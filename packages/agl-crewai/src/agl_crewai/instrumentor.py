@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 
-from agl.errors import AglError
+from agl import AglError
 from agl.tracing import NormalizingTracerProvider, OpenAIInstrumentation, PatchingInstrumentor
 from agl_crewai._agent_spans import open_agent_spans
 from agl_crewai._normalize import agl_attributes

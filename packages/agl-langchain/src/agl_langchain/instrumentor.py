@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 
-from agl.errors import AglError
+from agl import AglError
 from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_langchain._normalize import agl_attributes
 from agl_langchain._stream_ids import keep_stream_response_ids

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 
-from agl.errors import AglError
+from agl import AglError
 from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
 from agl_openai_agents._normalize import agl_attributes
 from agl_openai_agents._response_ids import keep_chat_response_ids

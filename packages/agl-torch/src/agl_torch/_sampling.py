@@ -17,7 +17,7 @@ from typing import Any, Literal, NoReturn
 
 import torch
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 
 FinishReason = Literal["stop", "length"]
 

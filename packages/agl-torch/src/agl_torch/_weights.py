@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 
 WeightsLike = Mapping[str, torch.Tensor] | str | os.PathLike[str]
 """New weights: a state dict, or a Hugging Face model folder saved with ``save_pretrained``."""

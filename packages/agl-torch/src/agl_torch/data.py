@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import Transition
 
 __all__ = [

@@ -39,7 +39,7 @@ from typing import Any, Self
 
 import torch
 
-from agl.errors import AglError
+from agl import AglError
 from agl.openai_wire import check_context
 from agl_torch._batch import Completion, Event, Request, run_batch
 from agl_torch._sampling import SamplingParams, StopCheck, Token, invalid

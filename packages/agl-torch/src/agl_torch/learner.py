@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agl.errors import AglError, InvalidInputError
+from agl import AglError, InvalidInputError
 from agl.lightning import Transition
 from agl_torch.data import RLBatch, SFTExample, rl_batches, sft_batches
 from agl_torch.losses import aggregate, kl_penalty, loss_normalizer, policy_loss, sft_loss

@@ -27,11 +27,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
-from agl.errors import InvalidInputError
+from agl import (
+    AlgorithmContext,
+    InvalidInputError,
+    LoopSettings,
+    Resource,
+    SamplingSettings,
+    StepAlgorithm,
+    StepBatch,
+    model_or_env,
+    settings,
+)
 from agl.lightning import TransitionBuilder
-from agl.resources import Resource
-from agl.settings import SamplingSettings, settings
 from agl_torch.served_policy import MODEL_ENV, ServedPolicy
 from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 

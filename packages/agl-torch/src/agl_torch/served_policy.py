@@ -22,10 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agl.algorithm import AlgorithmContext
-from agl.errors import InvalidInputError
-from agl.resources import LLM
-from agl.settings import SamplingSettings
+from agl import LLM, AlgorithmContext, InvalidInputError, SamplingSettings
 from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
 __all__ = ["MODEL_ENV", "ServedPolicy", "find_checkpoint"]

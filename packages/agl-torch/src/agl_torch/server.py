@@ -56,9 +56,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agl.errors import AglError, InvalidInputError
+from agl import AglError, InvalidInputError, ServerThread
 from agl.openai_wire import WireError, model_list
-from agl.server_thread import ServerThread
 from agl_torch._vllm_requests import JSON, GenerationRequest, read_body, read_generation
 from agl_torch._vllm_responses import (
     VERSION_HEADER,

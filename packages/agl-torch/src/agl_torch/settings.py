@@ -20,8 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from agl.errors import InvalidInputError
-from agl.settings import check_at_least
+from agl import InvalidInputError, check_at_least
 
 __all__ = [
     "AGGREGATIONS",
@@ -44,7 +43,7 @@ KL_KINDS: tuple[str, ...] = get_args(KLKind)
 
 
 def check_choice(value: str, allowed: tuple[str, ...], field: str) -> None:
-    """Raise :class:`~agl.errors.InvalidInputError` unless ``value`` is one of ``allowed``."""
+    """Raise :class:`~agl.InvalidInputError` unless ``value`` is one of ``allowed``."""
     if value not in allowed:
         raise InvalidInputError(
             f"{field} must be one of {', '.join(allowed)}; got {value!r}", field=field, value=value

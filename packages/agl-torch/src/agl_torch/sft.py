@@ -26,12 +26,20 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
-from agl.datasets import DatasetSource, load_tasks
-from agl.errors import InvalidInputError
+from agl import (
+    AlgorithmContext,
+    DatasetSource,
+    InvalidInputError,
+    LoopSettings,
+    Resource,
+    SamplingSettings,
+    StepAlgorithm,
+    StepBatch,
+    load_tasks,
+    model_or_env,
+    settings,
+)
 from agl.lightning import TransitionBuilder, best_transitions
-from agl.resources import Resource
-from agl.settings import SamplingSettings, settings
 from agl_torch.served_policy import MODEL_ENV, ServedPolicy
 from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
@@ -108,7 +116,7 @@ class SFTTorch(StepAlgorithm):
     Args:
         model: The model to train: a Hugging Face model folder.
         messages: Chat conversations to train on before the first rollout (a list, or any
-            dataset :func:`agl.datasets.load_tasks` reads: JSONL, Parquet, a HF dataset).
+            dataset :func:`agl.load_tasks` reads: JSONL, Parquet, a HF dataset).
         tools: Tools rendered into the conversations' prompts.
         message_epochs / message_batch_size: Passes over ``messages`` and conversations per
             optimizer step.

@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from agl.errors import AglError
+from agl import AglError
 
 __all__ = [
     "AGL_DEFAULTS",

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import TransitionBatch
 
 if TYPE_CHECKING:

@@ -37,11 +37,19 @@ from typing import Any
 import httpx
 from omegaconf import DictConfig, OmegaConf
 
-from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
-from agl.errors import InvalidInputError
+from agl import (
+    LLM,
+    AlgorithmContext,
+    InvalidInputError,
+    LoopSettings,
+    Resource,
+    SamplingSettings,
+    StepAlgorithm,
+    StepBatch,
+    model_or_env,
+    settings,
+)
 from agl.lightning import TransitionBuilder
-from agl.resources import LLM, Resource
-from agl.settings import SamplingSettings, settings
 from agl_verl.config import build_config, load_overrides, validate_config
 from agl_verl.dataproto import to_dataproto
 from agl_verl.engine import VerlEngine

@@ -19,7 +19,7 @@
 verl (FSDP, its SFT loss, checkpoints) does the training, in its own processes
 (:mod:`agl_verl.sft_trainer`). agl brings the data:
 
-- **chat conversations** (``messages``: a list or any dataset :func:`agl.datasets.load_tasks`
+- **chat conversations** (``messages``: a list or any dataset :func:`agl.load_tasks`
   reads), rendered by verl's multi-turn SFT dataset with the model's chat template, the loss
   on assistant turns; ``"sft-verl"`` trains on them before the first rollout;
 - **the best rollouts of each step** (rejection sampling / distillation): ``"sft-verl"`` runs
@@ -47,12 +47,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agl.algorithm import AlgorithmContext, LoopSettings, StepAlgorithm, StepBatch, model_or_env
-from agl.datasets import DatasetSource, load_tasks
-from agl.errors import InvalidInputError
+from agl import (
+    LLM,
+    AlgorithmContext,
+    DatasetSource,
+    InvalidInputError,
+    LoopSettings,
+    Resource,
+    SamplingSettings,
+    StepAlgorithm,
+    StepBatch,
+    load_tasks,
+    model_or_env,
+    settings,
+)
 from agl.lightning import Transition, TransitionBuilder, best_transitions
-from agl.resources import LLM, Resource
-from agl.settings import SamplingSettings, settings
 from agl_verl.rl import MODEL_ENV, served_model
 from agl_verl.sft_data import (
     token_rows_from_transitions,
@@ -95,7 +104,7 @@ def train_sft(
         output_dir: verl's ``trainer.default_local_dir``: the data file, verl's config, log,
             metrics and checkpoints.
         messages: Chat conversations (lists of OpenAI-format messages, or dicts with
-            ``messages`` and ``tools``), a list or a dataset :func:`agl.datasets.load_tasks`
+            ``messages`` and ``tools``), a list or a dataset :func:`agl.load_tasks`
             reads (JSONL, Parquet, a HF dataset).
         transitions: Or transitions: their exact prompt and response token ids, the loss on
             the response's unmasked tokens.

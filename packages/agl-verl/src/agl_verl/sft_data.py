@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agl.errors import InvalidInputError
+from agl import InvalidInputError
 from agl.lightning import Transition
 
 __all__ = [

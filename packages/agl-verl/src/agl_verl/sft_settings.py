@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from agl.errors import InvalidInputError
-from agl.settings import check_at_least
+from agl import InvalidInputError, check_at_least
 from agl_verl.sft_trainer import Launcher
 
 __all__ = ["SFTSettings"]

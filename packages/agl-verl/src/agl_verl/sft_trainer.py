@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
-from agl.errors import AglError
+from agl import AglError
 from agl_verl.config import (
     VerlConfigError,
     check_model_path,

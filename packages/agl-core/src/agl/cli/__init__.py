@@ -1,5 +1,5 @@
-"""The ``agl`` command line: one module per command group, the root app in :mod:`agl.cli.app`."""
+"""The ``agl`` command line: one module per command group, the root app in :mod:`agl.cli._app`."""
 
-from agl.cli.app import app, main
+from agl.cli._app import app, main
 
 __all__ = ["app", "main"]

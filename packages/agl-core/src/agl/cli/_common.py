@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agl.errors import AglError
+from agl._errors import AglError
 
 __all__ = ["JsonOption", "StoreOption", "console", "fail", "print_json"]
 

@@ -36,13 +36,13 @@ import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from agl.errors import AglError, InvalidInputError, NotFoundError
+from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._resources import LLM
+from agl._server_auth import BearerTokenMiddleware
 from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths
 from agl.gateway._record import CallRecord
 from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
-from agl.resources import LLM
-from agl.server_auth import BearerTokenMiddleware
 from agl.store._base import Store
 from agl.tracing._exporter import SpanSender
 

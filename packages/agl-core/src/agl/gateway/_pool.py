@@ -1,4 +1,4 @@
-"""The gateways of a run, started on first use: :class:`~agl.context.Gateways` for the trainer."""
+"""The gateways of a run, started on first use: :class:`~agl._context.Gateways` for the trainer."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class GatewayPool:
 
     async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
         """The endpoint template of the gateway in front of ``upstreams`` (started if new)."""
-        from agl.server_thread import require_server_extra
+        from agl._server_thread import require_server_extra
 
         require_server_extra("serving an LLM through agl's gateway (ctx.serve_llm)")
         from agl.gateway._serve import GatewayServer

@@ -1,7 +1,7 @@
 """What the gateway records of one LLM call: the exact token ids, logprobs and both sides.
 
 :class:`CallRecord` collects a call as it happens (a whole response, or a stream chunk by chunk)
-and turns into one :class:`~agl.spans.Span` at the end. Token ids come in vLLM's format: with
+and turns into one :class:`~agl.Span` at the end. Token ids come in vLLM's format: with
 ``return_token_ids``, a chat response carries ``prompt_token_ids`` at the top and ``token_ids``
 per choice (a stream: ``prompt_token_ids`` on a choice's first chunk, ``token_ids`` for each
 delta); a completions response carries both per choice. Only the first choice is recorded as
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl import semconv
-from agl.spans import Span, SpanKind, SpanStatus, StatusCode
+from agl._spans import Span, SpanKind, SpanStatus, StatusCode
 
 __all__ = ["CallRecord"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agl import server_auth
+from agl import _server_auth as server_auth
+from agl._server_thread import ServerThread
 from agl.gateway import _paths as paths
 from agl.gateway._app import Gateway
-from agl.server_thread import ServerThread
 from agl.store._base import Store
 from agl.store._open import open_store
 
@@ -16,7 +16,7 @@ __all__ = ["GatewayServer", "check_bind_address", "serve"]
 
 
 def check_bind_address(host: str, token: str | None) -> None:
-    """Refuse to bind a non-loopback address without a token (see :mod:`agl.server_auth`).
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl._server_auth`).
 
     Raises:
         InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.

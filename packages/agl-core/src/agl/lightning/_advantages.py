@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 
 __all__ = ["GRPO", "RLOO", "AdvantageEstimator", "Group", "Reinforce", "advantage_estimator"]
 

@@ -19,7 +19,7 @@ from agl.lightning._calls import extract_calls
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from agl.results import RolloutResult
+    from agl._results import RolloutResult
 
 __all__ = ["NO_AGENT", "AgentStats", "agent_stats", "agent_steps_table", "agents_table"]
 
@@ -74,7 +74,7 @@ def agent_steps_table(rows: Iterable[Mapping[str, Any]]) -> Table:
     """Each training step's LLM calls and transitions per agent, as a rich table.
 
     Args:
-        rows: Metrics records, as :func:`agl.metrics.read_metrics` returns them from a run
+        rows: Metrics records, as :func:`agl.read_metrics` returns them from a run
             directory: the rows of training steps carry ``agents/<name>/calls`` and
             ``agents/<name>/transitions``; other rows (validation) are skipped.
     """

@@ -23,13 +23,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
+from agl._results import RolloutResult
+from agl._rollouts import AttemptStatus, RolloutStatus
 from agl.lightning._advantages import AdvantageEstimator, Group, advantage_estimator
 from agl.lightning._calls import AttemptCalls, LLMCall, extract_calls
 from agl.lightning._credit import CreditAssigner, credit_assigner
 from agl.lightning._transitions import DropReport, Transition, TransitionBatch
-from agl.results import RolloutResult
-from agl.rollouts import AttemptStatus, RolloutStatus
 
 __all__ = ["INFRASTRUCTURE_STATUSES", "AgentSelector", "TransitionBuilder"]
 

@@ -20,7 +20,7 @@ pairs the two, decides which agent each call belongs to and which rewards follow
   (``agl.agent.name``, set by :func:`agl.agent_span` and the framework adapters); the call's own
   span may name it too. Gateway-only calls are attributed by time.
 - **Rewards**: the last reward span of the attempt is the *final* reward (the same reading as
-  :func:`agl.results.final_reward`); every earlier one is a *step* reward, given to the call
+  :func:`agl._results.final_reward`); every earlier one is a *step* reward, given to the call
   its ``agl.link.response_id`` names, else to the latest call that ended before the reward was
   emitted.
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl import semconv
-from agl.spans import Span
+from agl._spans import Span
 from agl.tracing._conventions import is_llm_span
 from agl.tracing._same_call import same_call_groups
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 from agl.lightning._calls import LLMCall
 
 __all__ = [

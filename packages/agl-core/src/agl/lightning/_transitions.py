@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from agl.errors import AglError, InvalidInputError
+from agl._errors import AglError, InvalidInputError
 
 __all__ = ["DropReport", "Transition", "TransitionBatch"]
 

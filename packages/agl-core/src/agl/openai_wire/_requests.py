@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 
 __all__ = [
     "MAX_TOP_LOGPROBS",

@@ -23,8 +23,8 @@ from typing import Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agl.resources import Resource, ResourcesUpdate
-from agl.rollouts import (
+from agl._resources import Resource, ResourcesUpdate
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -35,7 +35,7 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
-from agl.spans import Span
+from agl._spans import Span
 
 __all__ = ["ClosingStore", "Store", "StoreStatistics"]
 
@@ -57,10 +57,10 @@ class StoreStatistics(BaseModel):
 class Store(Protocol):
     """What every store backend does. All methods are coroutines unless noted.
 
-    Errors: :class:`~agl.errors.NotFoundError` for unknown ids,
-    :class:`~agl.errors.InvalidInputError` for bad arguments,
-    :class:`~agl.errors.ConflictError` for writes the current state forbids, and
-    :class:`~agl.errors.StoreUnavailableError` when a remote store cannot be reached.
+    Errors: :class:`~agl.NotFoundError` for unknown ids,
+    :class:`~agl.InvalidInputError` for bad arguments,
+    :class:`~agl.ConflictError` for writes the current state forbids, and
+    :class:`~agl.StoreUnavailableError` when a remote store cannot be reached.
     """
 
     @property

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from agl.errors import InvalidInputError
-from agl.resources import Resource
+from agl._errors import InvalidInputError
+from agl._resources import Resource
 
 T = TypeVar("T")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agl.errors import ConflictError, InvalidInputError, NotFoundError
-from agl.resources import Resource, ResourcesUpdate
-from agl.rollouts import (
+from agl._errors import ConflictError, InvalidInputError, NotFoundError
+from agl._resources import Resource, ResourcesUpdate
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -23,7 +23,7 @@ from agl.rollouts import (
     Worker,
     new_id,
 )
-from agl.spans import Span
+from agl._spans import Span
 from agl.store._tx import SpanKey, Transaction
 
 MAX_PAGE_SIZE = 10_000

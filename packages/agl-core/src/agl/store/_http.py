@@ -21,15 +21,15 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import from_json, to_json
 
-from agl.errors import (
+from agl._errors import (
     ERRORS_BY_NAME,
     AglError,
     InvalidInputError,
     StoreError,
     StoreUnavailableError,
 )
-from agl.resources import Resource, ResourcesUpdate
-from agl.rollouts import (
+from agl._resources import Resource, ResourcesUpdate
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -41,7 +41,7 @@ from agl.rollouts import (
     Worker,
     new_id,
 )
-from agl.spans import Span
+from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS, as_list, as_resources
 

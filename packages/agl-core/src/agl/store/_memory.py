@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from agl.resources import ResourcesUpdate
-from agl.rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
-from agl.spans import Span
+from agl._resources import ResourcesUpdate
+from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._spans import Span
 from agl.store._stateful import StatefulStore
 from agl.store._tx import SpanKey, Transaction
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 from agl.store._base import Store
 
 SCHEMES = ("memory", "sqlite", "http", "https")

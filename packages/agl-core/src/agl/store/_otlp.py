@@ -3,7 +3,7 @@
 Agents instrumented with any OpenTelemetry SDK can send their spans straight to the store: the
 store server accepts the standard OTLP/HTTP trace export request (``POST /v1/traces``) in
 either of its encodings, protobuf or JSON, and this module turns its body into
-:class:`~agl.spans.Span` objects. Each span must say which rollout and attempt it belongs to,
+:class:`~agl.Span` objects. Each span must say which rollout and attempt it belongs to,
 through the ``agl.rollout.id`` and ``agl.attempt.id`` attributes set on the span itself or on
 its resource. A request is accepted or rejected as a whole: any bad span rejects every span.
 
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
+from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
-from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl import server_auth
-from agl.server_thread import ServerThread
+from agl import _server_auth as server_auth
+from agl._server_thread import ServerThread
 from agl.store._base import Store
 from agl.store._open import open_store
 from agl.store._server import DEFAULT_MAX_BODY_BYTES, create_app
@@ -20,7 +20,7 @@ DEFAULT_PORT = 4747
 
 
 def check_bind_address(host: str, token: str | None) -> None:
-    """Refuse to bind a non-loopback address without a token (see :mod:`agl.server_auth`).
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl._server_auth`).
 
     Raises:
         InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.

@@ -39,9 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from agl.errors import AglError, InvalidInputError, NotFoundError
-from agl.resources import ResourcesUpdate
-from agl.rollouts import (
+from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._resources import ResourcesUpdate
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -52,8 +52,8 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
-from agl.server_auth import BearerTokenMiddleware
-from agl.spans import Span
+from agl._server_auth import BearerTokenMiddleware
+from agl._spans import Span
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS
 

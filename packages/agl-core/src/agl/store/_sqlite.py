@@ -30,10 +30,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import TypeAdapter
 
-from agl.errors import InvalidInputError, StoreError
-from agl.resources import ResourcesUpdate
-from agl.rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
-from agl.spans import Span
+from agl._errors import InvalidInputError, StoreError
+from agl._resources import ResourcesUpdate
+from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._spans import Span
 from agl.store._stateful import StatefulStore
 from agl.store._tx import SpanKey, Transaction
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from agl.errors import InvalidInputError
-from agl.resources import Resource, ResourcesUpdate
-from agl.rollouts import (
+from agl._errors import InvalidInputError
+from agl._resources import Resource, ResourcesUpdate
+from agl._rollouts import (
     Attempt,
     AttemptStatus,
     Claim,
@@ -31,7 +31,7 @@ from agl.rollouts import (
     RolloutStatus,
     Worker,
 )
-from agl.spans import Span
+from agl._spans import Span
 from agl.store import _engine as engine
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from agl.resources import ResourcesUpdate
-from agl.rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
-from agl.spans import Span
+from agl._resources import ResourcesUpdate
+from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._spans import Span
 
 SpanKey = tuple[str, str, str, str]
 """(rollout_id, attempt_id, trace_id, span_id): what makes a span unique in a store."""

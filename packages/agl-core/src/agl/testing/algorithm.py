@@ -58,7 +58,7 @@ import pytest
 from pydantic import JsonValue
 
 import agl
-from agl.metrics import read_metrics
+from agl._metrics import read_metrics
 from agl.store._memory import MemoryStore
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import agl
 from agl import semconv
+from agl._rollouts import AttemptStatus, RolloutRequest
 from agl.lightning import AttemptCalls, extract_calls
-from agl.rollouts import AttemptStatus, RolloutRequest
 
 if TYPE_CHECKING:
     from agl.gateway._serve import GatewayServer

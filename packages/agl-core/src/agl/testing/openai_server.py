@@ -65,6 +65,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agl._server_thread import ServerThread
 from agl.openai_wire import (
     WireError,
     WireRequest,
@@ -76,7 +77,6 @@ from agl.openai_wire import (
     now,
     read_request,
 )
-from agl.server_thread import ServerThread
 from agl.testing import _openai_bodies as bodies
 from agl.testing import _openai_wire as wire
 from agl.testing._openai_wire import (

@@ -49,7 +49,7 @@ from agl import (
     StatusCode,
     Store,
 )
-from agl.spans import new_span_id, new_trace_id
+from agl._spans import new_span_id, new_trace_id
 
 __all__ = ["StoreConformance"]
 

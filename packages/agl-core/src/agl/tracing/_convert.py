@@ -1,4 +1,4 @@
-"""Turn an OpenTelemetry SDK span into an agl :class:`~agl.spans.Span`."""
+"""Turn an OpenTelemetry SDK span into an agl :class:`~agl.Span`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind as OtelSpanKind
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
-from agl.spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
+from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.tracing._conventions import normalize_attributes
 
 __all__ = ["to_agl_span"]

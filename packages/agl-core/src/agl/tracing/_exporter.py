@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agl.errors import AglError, StoreUnavailableError
-from agl.spans import Span
+from agl._errors import AglError, StoreUnavailableError
+from agl._spans import Span
 from agl.store._base import Store
 
 __all__ = ["SenderStats", "SpanSender"]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agl.errors import AglError
+from agl._errors import AglError
 from agl.tracing._tracer import Tracer
 
 __all__ = ["OpenAIInstrumentation"]

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agl import semconv
-from agl.spans import Span
+from agl._spans import Span
 
 __all__ = ["same_call_groups"]
 

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 
 from agl import semconv
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 from agl.store._base import Store
 from agl.tracing._convert import to_agl_span
 from agl.tracing._exporter import SenderStats, SpanSender

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from agl._errors import AglError
 from agl.cli._common import console, fail
-from agl.errors import AglError
 
 
 def runner_command(
@@ -50,8 +50,8 @@ def runner_command(
     SIGINT/SIGTERM stops claiming and lets running rollouts finish (up to --drain-timeout);
     a second signal releases them to the queue at once.
     """
-    from agl.agent import load_agent
-    from agl.runner import Runner
+    from agl._agent import load_agent
+    from agl._runner import Runner
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
+from agl._errors import AglError, InvalidInputError
 from agl.cli._common import console, fail
-from agl.errors import AglError, InvalidInputError
 
 gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
 
@@ -52,7 +52,7 @@ def gateway_serve(
 ) -> None:
     """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
     try:
-        from agl.server_thread import require_server_extra
+        from agl._server_thread import require_server_extra
 
         require_server_extra("agl gateway serve")
         from agl.gateway._serve import check_bind_address, serve

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 
 __all__ = ["SamplingSettings", "check_at_least", "settings"]
 

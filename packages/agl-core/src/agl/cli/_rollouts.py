@@ -10,13 +10,13 @@ from urllib.parse import urlsplit
 
 import typer
 
+from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._rollouts import RolloutMode, RolloutStatus
 from agl.cli._common import JsonOption, StoreOption, fail, print_json
-from agl.errors import AglError, InvalidInputError, NotFoundError
-from agl.rollouts import RolloutMode, RolloutStatus
 
 if TYPE_CHECKING:
-    from agl.rollouts import Attempt, Rollout, RolloutPage
-    from agl.spans import Span
+    from agl._rollouts import Attempt, Rollout, RolloutPage
+    from agl._spans import Span
     from agl.store._base import Store
 
 T = TypeVar("T")
@@ -69,8 +69,8 @@ def rollouts_list(
     """List rollouts with their status, attempts, timing and latest reward."""
     from rich.console import Console
 
-    from agl import rollout_facts
-    from agl.cli import rollout_views
+    from agl import _rollout_facts as rollout_facts
+    from agl.cli import _rollout_views as rollout_views
 
     async def read(opened: Store) -> tuple[RolloutPage, dict[str, list[Span]]]:
         page = await opened.query_rollouts(status=status, mode=mode, limit=limit, offset=offset)
@@ -96,8 +96,8 @@ def rollouts_show(
     """Show one rollout: its fields, each attempt's span tree, its rewards and LLM calls."""
     from rich.console import Console
 
-    from agl import rollout_facts
-    from agl.cli import rollout_views
+    from agl import _rollout_facts as rollout_facts
+    from agl.cli import _rollout_views as rollout_views
 
     async def read(opened: Store) -> tuple[Rollout, list[Attempt], list[Span]]:
         rollout = await opened.get_rollout(rollout_id)

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

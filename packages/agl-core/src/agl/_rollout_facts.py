@@ -1,8 +1,8 @@
 """What a store holds, as facts and JSON: span trees, span facts, LLM call counts, rewards.
 
 Pure functions over rollouts, attempts and spans, read from any store. ``agl rollouts`` prints
-them (as JSON with ``--json``, as tables through :mod:`agl.cli.rollout_views`); both views are
-built from the same facts (:func:`span_facts`, :func:`agl.results.reward_of`,
+them (as JSON with ``--json``, as tables through :mod:`agl.cli._rollout_views`); both views are
+built from the same facts (:func:`span_facts`, :func:`agl._results.reward_of`,
 :func:`llm_calls`), so the two never disagree.
 
 Spans are recognised by their ``agl.span.type`` attribute (see :mod:`agl.semconv`), never by
@@ -19,9 +19,9 @@ from typing import Any
 from pydantic import JsonValue
 
 from agl import semconv
-from agl.results import final_reward, reward_of, span_type
-from agl.rollouts import Attempt, Rollout, RolloutPage
-from agl.spans import Span, StatusCode
+from agl._results import final_reward, reward_of, span_type
+from agl._rollouts import Attempt, Rollout, RolloutPage
+from agl._spans import Span, StatusCode
 from agl.tracing._same_call import same_call_groups
 
 __all__ = [

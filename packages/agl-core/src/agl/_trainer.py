@@ -36,18 +36,18 @@ from typing import Any
 from pydantic import JsonValue
 from rich.console import Console
 
+from agl._agent import LitAgent, as_agent
+from agl._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
+from agl._datasets import DatasetSource, load_tasks
+from agl._errors import AglError, InvalidInputError
+from agl._resources import Resource
+from agl._results import RolloutResult
+from agl._rollouts import AttemptStatus, RolloutConfig, RolloutMode
 from agl._run_console import ProgressBars, dev_table, print_summary
 from agl._runner_pool import RunnerPool
-from agl.agent import LitAgent, as_agent
-from agl.algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
-from agl.datasets import DatasetSource, load_tasks
-from agl.errors import AglError, InvalidInputError
 from agl.gateway._pool import GatewayPool
 from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
-from agl.resources import Resource
-from agl.results import RolloutResult
-from agl.rollouts import AttemptStatus, RolloutConfig, RolloutMode
 from agl.store._base import Store
 
 __all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
@@ -226,7 +226,7 @@ class Trainer:
         train: list[JsonValue],
         val: list[JsonValue],
     ) -> FitResult:
-        from agl.metrics import MetricsLogger
+        from agl._metrics import MetricsLogger
 
         started = time.monotonic()
         run_dir = self.run_dir or _default_run_dir(getattr(algorithm, "name", "run"))
@@ -290,7 +290,7 @@ class Trainer:
     def _finish(self, result: FitResult) -> None:
         if self.plot and any("reward/mean" in row for row in result.history):
             try:
-                from agl.metrics import plot_metrics
+                from agl._metrics import plot_metrics
 
                 keys = ["reward/mean"]
                 if any("val/reward/mean" in row for row in result.history):
@@ -317,7 +317,7 @@ class _Dev(Algorithm):
         self.results: list[RolloutResult] = []
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        from agl.algorithm import reward_metrics
+        from agl._algorithm import reward_metrics
 
         self.results = await ctx.run_rollouts(
             ctx.train_tasks, mode=self.mode, n=self.n, description="dev"
@@ -338,7 +338,7 @@ def resolve_algorithm(
     mapping); a mapping becomes a :class:`~agl.PerAgent`; a credit strategy named in an
     algorithm's ``transitions`` becomes the plugin's strategy.
     """
-    from agl.per_agent import PerAgent
+    from agl._per_agent import PerAgent
 
     if algorithm is None:
         resolved: Algorithm = Baseline()

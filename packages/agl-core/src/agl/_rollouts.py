@@ -13,7 +13,7 @@ Attempt statuses::
 ``preparing`` is where a claimed attempt starts; the runner moves it to ``running``. The five
 statuses on the right are final: once there, an attempt never changes again, and a late report
 for it (a result from a runner the store already gave up on) is refused with a
-:class:`~agl.errors.ConflictError`. The store itself sets ``timeout`` (the attempt ran longer
+:class:`~agl.ConflictError`. The store itself sets ``timeout`` (the attempt ran longer
 than ``RolloutConfig.timeout_seconds``) and ``unresponsive`` (no heartbeat for
 ``RolloutConfig.unresponsive_seconds``). A runner that stops before an attempt finishes (it was
 asked to shut down) ends it as ``released``: the rollout goes back to the queue, and a released

@@ -12,7 +12,7 @@ import time
 from types import TracebackType
 from typing import Any, Self
 
-from agl.errors import AglError
+from agl._errors import AglError
 
 __all__ = ["ServerThread", "require_server_extra"]
 

@@ -50,11 +50,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agl.agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
-from agl.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
+from agl._agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
+from agl._errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
+from agl._resources import LLM, Resource, ResourcesUpdate
+from agl._rollouts import AttemptStatus, Claim
 from agl.plugins import PluginManager
-from agl.resources import LLM, Resource, ResourcesUpdate
-from agl.rollouts import AttemptStatus, Claim
 from agl.store._base import Store
 
 __all__ = ["Runner", "RunnerStats", "auto_instrumentation", "enable_auto_instrumentation"]
@@ -384,7 +384,7 @@ class Runner:
                         result = await self._call_agent(inputs)
                     rewards = normalize_result(result, self.agent.primary_reward)
                     if rewards is not None:
-                        from agl.emitters import emit_reward
+                        from agl._emitters import emit_reward
 
                         emit_reward(rewards[0], primary=rewards[1])
                 except TimeoutError:
@@ -392,13 +392,13 @@ class Runner:
                         raise  # released or stale, not the agent's timeout
                     status = AttemptStatus.TIMEOUT
                     reason = f"ran longer than timeout_seconds={timeout:g} and was cancelled"
-                    from agl.emitters import emit_exception
+                    from agl._emitters import emit_exception
 
                     emit_exception(TimeoutError(reason))
                 except (_Stale, asyncio.CancelledError):
                     raise
                 except Exception as exc:
-                    from agl.emitters import emit_exception
+                    from agl._emitters import emit_exception
 
                     emit_exception(exc)
                     status = AttemptStatus.FAILED

@@ -13,7 +13,7 @@ Each task becomes the input of a rollout and travels over HTTP, so every row is 
 JSON-serialisable on the way in, where that is safe: NumPy scalars and arrays become Python
 numbers and lists, dates and times become ISO 8601 strings, UUIDs become strings, tuples become
 lists, and NaN becomes ``null`` (pandas and Parquet writers use NaN for a missing value).
-Anything else (bytes, decimals, infinities, objects) is an :class:`~agl.errors.InvalidInputError`
+Anything else (bytes, decimals, infinities, objects) is an :class:`~agl.InvalidInputError`
 naming the row and field, so it fails at load time rather than halfway through training.
 
 The whole dataset is held in memory as Python objects. Files are read a line (or a Parquet
@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeAlias
 
 from pydantic import JsonValue
 
-from agl.errors import AglError, InvalidInputError
+from agl._errors import AglError, InvalidInputError
 
 __all__ = ["DatasetSource", "HuggingFaceDatasetLike", "load_tasks"]
 

@@ -1,6 +1,6 @@
 """``agl rollouts`` for people: a page of rollouts as a table, one rollout as panels and trees.
 
-Rendered with rich from the facts of :mod:`agl.rollout_facts`, which ``--json`` prints as is.
+Rendered with rich from the facts of :mod:`agl._rollout_facts`, which ``--json`` prints as is.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from agl.results import final_reward, span_type
-from agl.rollout_facts import (
+from agl._results import final_reward, span_type
+from agl._rollout_facts import (
     LLM_SPAN_TYPES,
     SpanNode,
     latest_spans,
@@ -28,8 +28,8 @@ from agl.rollout_facts import (
     span_facts,
     span_tree,
 )
-from agl.rollouts import Attempt, Rollout, RolloutPage
-from agl.spans import Span, StatusCode
+from agl._rollouts import Attempt, Rollout, RolloutPage
+from agl._spans import Span, StatusCode
 
 __all__ = ["rollout_detail_view", "rollout_page_table"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from agl.cli.gateway import gateway_app
-from agl.cli.metrics import metrics_app
-from agl.cli.plugins import plugins_command
-from agl.cli.rollouts import rollouts_app
-from agl.cli.runner import runner_command
-from agl.cli.store import store_app
+from agl.cli._gateway import gateway_app
+from agl.cli._metrics import metrics_app
+from agl.cli._plugins import plugins_command
+from agl.cli._rollouts import rollouts_app
+from agl.cli._runner import runner_command
+from agl.cli._store import store_app
 
 __all__ = ["app", "main"]
 

@@ -18,16 +18,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agl.errors import InvalidInputError
+from agl._errors import InvalidInputError
+from agl._settings import check_at_least
 from agl.lightning._agents import NO_AGENT
-from agl.settings import check_at_least
 
 if TYPE_CHECKING:
-    from agl.algorithm import StepAlgorithm
-    from agl.context import AlgorithmContext
+    from agl._algorithm import StepAlgorithm
+    from agl._context import AlgorithmContext
+    from agl._resources import Resource
+    from agl._results import RolloutResult
     from agl.lightning import LLMCall, TransitionBatch
-    from agl.resources import Resource
-    from agl.results import RolloutResult
 
 __all__ = ["LoopSettings", "Member", "StepBatch", "StepLoop", "reward_metrics"]
 

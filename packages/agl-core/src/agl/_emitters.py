@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 from agl import semconv
-from agl.errors import AglError, InvalidInputError
+from agl._errors import AglError, InvalidInputError
 
 __all__ = [
     "NoRolloutError",

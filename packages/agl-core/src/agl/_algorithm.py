@@ -1,4 +1,4 @@
-"""The algorithm interfaces and :class:`Baseline` (the context they get: :mod:`agl.context`).
+"""The algorithm interfaces and :class:`Baseline` (the context they get: :mod:`agl._context`).
 
 An algorithm drives the loop (see ARCHITECTURE.md): it enqueues rollouts, publishes resources,
 reads finished rollouts back, updates what it trains, and logs metrics. It does all of that
@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agl.context import (
+from agl._context import (
     AlgorithmContext,
     Gateways,
     LoopHooks,
@@ -37,9 +37,9 @@ from agl.context import (
     ProgressBar,
     RunState,
 )
-from agl.resources import Resource
-from agl.settings import settings
-from agl.step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
+from agl._resources import Resource
+from agl._settings import settings
+from agl._step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
 
 if TYPE_CHECKING:
     from agl.lightning import TransitionBuilder

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from agl._errors import AglError
 from agl.cli._common import console, fail
-from agl.errors import AglError
 
 store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 
@@ -34,7 +34,7 @@ def store_serve(
 ) -> None:
     """Serve a store over HTTP for runners and trainers on other processes or machines."""
     try:
-        from agl.server_thread import require_server_extra
+        from agl._server_thread import require_server_extra
 
         require_server_extra("agl store serve")
         from agl.store._serve import check_bind_address, serve

@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from agl._errors import AglError
 from agl.cli._common import fail
-from agl.errors import AglError
 
 metrics_app = typer.Typer(
     help="Show or plot the metrics a training run logged.", no_args_is_help=True
@@ -35,7 +35,7 @@ def show(
     ] = None,
 ) -> None:
     """Print the last steps' metrics as a table."""
-    from agl.metrics import read_metrics
+    from agl._metrics import read_metrics
 
     try:
         records = read_metrics(run_dir)
@@ -68,7 +68,7 @@ def plot(
     ] = None,
 ) -> None:
     """Draw metrics against the step into a PNG file."""
-    from agl.metrics import plot_metrics
+    from agl._metrics import plot_metrics
 
     try:
         written = plot_metrics(run_dir, out, keys=key or ("reward/mean",))

@@ -30,7 +30,7 @@ from pydantic import (
     field_validator,
 )
 
-from agl.errors import InvalidInputError, TemplateFormatError
+from agl._errors import InvalidInputError, TemplateFormatError
 
 __all__ = [
     "LLM",

@@ -18,10 +18,10 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import JsonValue
 
-from agl.errors import AglError, InvalidInputError
-from agl.resources import LLM, Resource, ResourcesUpdate
-from agl.results import RolloutResult, fetch_results
-from agl.rollouts import RolloutConfig, RolloutMode, RolloutRequest
+from agl._errors import AglError, InvalidInputError
+from agl._resources import LLM, Resource, ResourcesUpdate
+from agl._results import RolloutResult, fetch_results
+from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest
 from agl.store._base import Store
 
 __all__ = [
@@ -57,7 +57,7 @@ class _NoHooks:
 
 
 class MetricsSink(Protocol):
-    """Where a run's metrics go (the trainer's :class:`agl.metrics.MetricsLogger`)."""
+    """Where a run's metrics go (the trainer's :class:`agl._metrics.MetricsLogger`)."""
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record one step's figures."""

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agl import semconv
-from agl.rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
-from agl.spans import Span
+from agl._rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
+from agl._spans import Span
 from agl.store._base import Store
 from agl.tracing._same_call import same_call_groups
 

@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from agl.algorithm import Algorithm, AlgorithmContext, StepAlgorithm
-from agl.errors import InvalidInputError
+from agl._algorithm import Algorithm, AlgorithmContext, StepAlgorithm
+from agl._errors import InvalidInputError
+from agl._step_loop import LoopSettings, Member, StepLoop
 from agl.lightning._agents import NO_AGENT
 from agl.lightning._builder import is_pattern
-from agl.step_loop import LoopSettings, Member, StepLoop
 
 __all__ = ["PerAgent"]
 
