@@ -33,7 +33,8 @@ async def test_backends_by_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("postgres://x", "unknown store URL scheme"),
+        ("mongodb://x", "unknown store URL scheme"),
+        ("postgresql://agl:pw@127.0.0.1:1/db?pool_size=x", "PostgreSQL store URL"),
         ("no-scheme", "must look like"),
         ("sqlite:///", "no file path"),
         ("sqlite:///x.db?color=blue", "unknown SQLite store option"),

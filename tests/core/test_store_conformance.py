@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import agl
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer
 from agl.store._sqlite import SQLiteStore
+from agl.testing.postgres import PostgresServer
 from agl.testing.store import StoreConformance
 
 
@@ -87,6 +89,38 @@ class TestHttpStoreOverSQLite(StoreConformance):
             self._server = StoreServer(f"sqlite:///{tmp_path}/store.db")
             self._server.start()
             opened.append(agl.open_store(self._server.url))
+            return opened[-1]
+
+        return reopen
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+class TestPostgresStore(StoreConformance):
+    persistent = True
+
+    @pytest.fixture
+    async def opened(self, postgres: PostgresServer) -> AsyncIterator[list[agl.Store]]:
+        self._url = postgres.create_database(f"conformance_{uuid.uuid4().hex}")
+        stores: list[agl.Store] = []
+        yield stores
+        for store in stores:
+            await store.close()
+
+    @pytest.fixture
+    async def store(self, opened: list[agl.Store]) -> agl.Store:
+        opened.append(agl.open_store(self._url))
+        return opened[-1]
+
+    @pytest.fixture
+    def reopen(self, opened: list[agl.Store]) -> Callable[[agl.Store], Awaitable[agl.Store]]:
+        async def reopen(store: agl.Store) -> agl.Store:
+            await store.close()
+            opened.append(agl.open_store(self._url))
             return opened[-1]
 
         return reopen

@@ -167,9 +167,15 @@ def cancel(tx: Transaction, rollout_id: str, now: float) -> Rollout:
 def sweep(tx: Transaction, now: float) -> int:
     """End the attempts that ran past their timeout or stopped sending heartbeats."""
     swept = 0
-    for attempt in tx.attempts_due(now):
-        rollout = tx.rollout_get(attempt.rollout_id)
-        if rollout is None or attempt.status.is_final:
+    for due in tx.attempts_due(now):
+        # Read again after the rollout: a backend that locks the rollout's row (PostgreSQL)
+        # then sees what another server wrote meanwhile (a heartbeat, the same sweep).
+        rollout = tx.rollout_get(due.rollout_id)
+        attempt = tx.attempt_get(due.rollout_id, due.attempt_id) if rollout else None
+        if rollout is None or attempt is None or attempt.status.is_final:
+            continue
+        deadline = _deadline(rollout, attempt)
+        if deadline is None or deadline > now:
             continue
         config = rollout.config
         if (
@@ -222,7 +228,8 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[int]:
     per_rollout: dict[str, int] = {}
     for key in fresh:
         per_rollout[key[0]] = per_rollout.get(key[0], 0) + 1
-    next_id = {rid: tx.spans_reserve(rid, count) for rid, count in per_rollout.items()}
+    # In id order: backends that lock a rollout to count its spans then lock in one order.
+    next_id = {rid: tx.spans_reserve(rid, per_rollout[rid]) for rid in sorted(per_rollout)}
     new: list[tuple[Span, int]] = []
     for key, span in fresh.items():
         sequence_id = next_id[key[0]]
@@ -241,11 +248,16 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[int]:
     ]
     if stale:
         rollouts = tx.rollouts_get_many({attempt.rollout_id for attempt in stale})
-        for attempt in stale:
+        # Read again after the rollouts: where reading them locks them (PostgreSQL), another
+        # server may have just ended an attempt, and that must not be written over.
+        current = tx.attempts_get_many({(a.rollout_id, a.attempt_id) for a in stale}).values()
+        alive = [attempt for attempt in current if not attempt.status.is_final]
+        for attempt in alive:
             attempt.last_heartbeat_time = now
-        tx.attempts_upsert_many(
-            [(attempt, _deadline(rollouts[attempt.rollout_id], attempt)) for attempt in stale]
-        )
+        if alive:
+            tx.attempts_upsert_many(
+                [(attempt, _deadline(rollouts[attempt.rollout_id], attempt)) for attempt in alive]
+            )
     return [known[key] for key in keys]
 
 

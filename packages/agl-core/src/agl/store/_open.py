@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from agl._errors import InvalidInputError
 from agl.store._base import Store
 
-SCHEMES = ("memory", "sqlite", "http", "https")
+SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "http", "https")
 """The URL schemes of core's own stores."""
 
 
@@ -21,8 +21,8 @@ def scheme_of(url: str) -> str:
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInputError(
-            f"store URL must look like memory://, sqlite:///path.db or http://host:port; "
-            f"got {url!r}",
+            "store URL must look like memory://, sqlite:///path.db, postgresql://host/db or "
+            f"http://host:port; got {url!r}",
             field="url",
             value=url,
         )
@@ -37,6 +37,9 @@ def open_store(
     - ``memory://``: in this process's memory;
     - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a durable SQLite file
       (created if missing), options in the query string (see :mod:`agl.store._sqlite`);
+    - ``postgresql://user:password@host:5432/database``: a PostgreSQL database that several
+      processes and machines share (needs ``agl-core[postgres]``; see
+      :mod:`agl.store._postgres`);
     - ``http://host:port`` or ``https://…``: a client of ``agl store serve``; keyword options
       (``token``, ``timeout``, ``retries``) go to :class:`~agl.store._http.HttpStore`;
     - any other scheme in ``schemes``: ``schemes[scheme](url, **options)``. A plugin's schemes
@@ -62,6 +65,20 @@ def open_store(
                 field="options",
             )
         return SQLiteStore.from_url(url)
+    if scheme in ("postgresql", "postgres"):
+        if options:
+            raise InvalidInputError(
+                f"PostgreSQL store options go in the URL's query string, got {sorted(options)}",
+                field="options",
+            )
+        try:
+            from agl.store._postgres import PostgresStore
+        except ImportError as exc:
+            raise InvalidInputError(
+                f"the PostgreSQL store needs psycopg ({exc}): pip install 'agl-core[postgres]'",
+                field="url",
+            ) from None
+        return PostgresStore.from_url(url)
     if scheme in ("http", "https"):
         from agl.store._http import HttpStore
 

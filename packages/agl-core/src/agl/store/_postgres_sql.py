@@ -1,0 +1,406 @@
+"""Every SQL statement of the PostgreSQL store: the schema, its migrations and the
+:class:`~agl.store._tx.Transaction` the store engine runs its rules over.
+
+Statements are parameterized (psycopg binds every value; nothing is formatted into SQL).
+
+Concurrency, with several store servers over one database, at READ COMMITTED:
+
+- a rollout's row is the lock for everything about that rollout: operations that change a
+  rollout or its attempts read it ``FOR UPDATE`` first, so they run one at a time per rollout,
+  each seeing what the one before committed;
+- a dequeue takes waiting rollouts ``FOR UPDATE SKIP LOCKED``: concurrent dequeues (from any
+  server) never claim the same rollout and never wait for each other;
+- sequence ids come from an ``UPDATE … RETURNING`` on the rollout's counter, so two servers
+  adding spans to one rollout take turns, and a transaction that fails gives its ids back
+  (gap-free); a span added twice at once trips the unique index and the operation is retried,
+  finding the span already stored;
+- inserting what another transaction inserted first (a rollout with a given id, a worker's first
+  row, a resources version) trips a unique constraint; the store retries the whole operation,
+  which then sees the committed row;
+- one server at a time looks for attempts past their deadline (a transaction-scoped advisory
+  lock); the engine re-reads each attempt under its rollout's lock before ending it, so an
+  attempt is timed out once, and not after a heartbeat that just arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from pydantic import TypeAdapter
+
+from agl._resources import ResourcesUpdate
+from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._spans import Span
+from agl.store._tx import SpanKey
+
+__all__ = [
+    "CHANNEL",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "PostgresTransaction",
+    "migrate",
+    "stored_version",
+]
+
+CHANNEL = "agl_store"
+"""The LISTEN/NOTIFY channel a transaction that changed a rollout notifies on commit."""
+
+_SWEEP_LOCK = 0x61676C5F7377  # "agl_sw": one server at a time ends overdue attempts
+_MIGRATION_LOCK = 0x61676C5F6D67  # "agl_mg": one server at a time creates or migrates
+
+MIGRATIONS: list[list[str]] = [
+    [  # 1: the tables
+        "CREATE TABLE IF NOT EXISTS agl_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE SEQUENCE IF NOT EXISTS agl_queue_pos",
+        """CREATE TABLE IF NOT EXISTS agl_rollouts (
+            seq BIGSERIAL PRIMARY KEY,
+            rollout_id TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL,
+            mode TEXT,
+            queue_pos BIGINT,
+            next_span_seq BIGINT NOT NULL DEFAULT 1,
+            data TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS agl_rollouts_queue ON agl_rollouts (queue_pos) "
+        "WHERE queue_pos IS NOT NULL",
+        """CREATE TABLE IF NOT EXISTS agl_attempts (
+            rollout_id TEXT NOT NULL,
+            attempt_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            deadline DOUBLE PRECISION,
+            data TEXT NOT NULL,
+            PRIMARY KEY (rollout_id, attempt_id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS agl_attempts_deadline ON agl_attempts (deadline) "
+        "WHERE deadline IS NOT NULL",
+        """CREATE TABLE IF NOT EXISTS agl_spans (
+            rollout_id TEXT NOT NULL,
+            sequence_id BIGINT NOT NULL,
+            attempt_id TEXT NOT NULL,
+            trace_id TEXT NOT NULL,
+            span_id TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (rollout_id, sequence_id)
+        )""",
+        "CREATE UNIQUE INDEX IF NOT EXISTS agl_spans_identity "
+        "ON agl_spans (rollout_id, attempt_id, span_id, trace_id)",
+        """CREATE TABLE IF NOT EXISTS agl_resources (
+            version BIGINT PRIMARY KEY,
+            resources_id TEXT NOT NULL UNIQUE,
+            data TEXT NOT NULL
+        )""",
+        "CREATE TABLE IF NOT EXISTS agl_workers (worker_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
+    ],
+    [  # 2: listing rollouts by status reads an index, not the table
+        "CREATE INDEX IF NOT EXISTS agl_rollouts_status ON agl_rollouts (status, seq)",
+    ],
+]
+"""Each entry takes a database from the version before it (0: empty) to its own number."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema this agl writes; a database at a higher version was written by a newer agl."""
+
+
+def stored_version(db: psycopg.Connection[Any]) -> int:
+    """The schema version a database holds: 0 for one agl never wrote."""
+    exists = db.execute("SELECT to_regclass('agl_meta') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = db.execute("SELECT value FROM agl_meta WHERE key = 'schema_version'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def migrate(db: psycopg.Connection[Any], target: int = SCHEMA_VERSION) -> tuple[int, int]:
+    """Bring the database to ``target`` in one transaction; return (found, now) versions.
+
+    Several servers starting at once take turns (an advisory lock); a database at a version
+    above ``target`` is left alone: the caller refuses it.
+    """
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        found = stored_version(db)
+        if found >= target:
+            return found, found
+        for statements in MIGRATIONS[found:target]:
+            for statement in statements:
+                db.execute(statement)
+        db.execute(
+            "INSERT INTO agl_meta (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(target),),
+        )
+    return found, target
+
+
+_spans_json = TypeAdapter(list[Span])
+_NO_SEQUENCE = {"sequence_id"}
+
+
+class PostgresTransaction:
+    """The store's reads and writes as SQL over one connection inside one transaction."""
+
+    def __init__(self, db: psycopg.Connection[Any]) -> None:
+        self.db = db
+        self.changed = False
+        """Whether a rollout was written: the store then notifies :data:`CHANNEL`."""
+        self._absent_workers: set[str] = set()
+
+    # rollouts
+    def rollout_get(self, rollout_id: str) -> Rollout | None:
+        row = self.db.execute(
+            "SELECT data FROM agl_rollouts WHERE rollout_id = %s FOR UPDATE", (rollout_id,)
+        ).fetchone()
+        return None if row is None else Rollout.model_validate_json(row[0])
+
+    def rollouts_get_many(self, rollout_ids: Iterable[str]) -> dict[str, Rollout]:
+        rows = self.db.execute(
+            "SELECT data FROM agl_rollouts WHERE rollout_id = ANY(%s) ORDER BY rollout_id "
+            "FOR UPDATE",
+            (sorted(set(rollout_ids)),),
+        )
+        found = (Rollout.model_validate_json(data) for (data,) in rows)
+        return {rollout.rollout_id: rollout for rollout in found}
+
+    def rollout_insert(self, rollout: Rollout) -> None:
+        self.changed = True
+        self.db.execute(
+            "INSERT INTO agl_rollouts (rollout_id, status, mode, queue_pos, data) VALUES "
+            "(%s, %s, %s, CASE WHEN %s THEN nextval('agl_queue_pos') END, %s)",
+            (
+                rollout.rollout_id,
+                rollout.status.value,
+                rollout.mode,
+                rollout.status.is_claimable,
+                rollout.model_dump_json(),
+            ),
+        )
+
+    def rollout_update(self, rollout: Rollout) -> None:
+        # A rollout that becomes claimable again joins the back of the queue.
+        self.changed = True
+        self.db.execute(
+            "UPDATE agl_rollouts SET status = %s, data = %s, queue_pos = CASE "
+            "WHEN NOT %s THEN NULL "
+            "WHEN queue_pos IS NOT NULL THEN queue_pos "
+            "ELSE nextval('agl_queue_pos') END "
+            "WHERE rollout_id = %s",
+            (
+                rollout.status.value,
+                rollout.model_dump_json(),
+                rollout.status.is_claimable,
+                rollout.rollout_id,
+            ),
+        )
+
+    def rollouts_claimable(self, limit: int) -> list[Rollout]:
+        rows = self.db.execute(
+            "SELECT data FROM agl_rollouts WHERE queue_pos IS NOT NULL ORDER BY queue_pos "
+            "LIMIT %s FOR UPDATE SKIP LOCKED",
+            (limit,),
+        ).fetchall()
+        return [Rollout.model_validate_json(row[0]) for row in rows]
+
+    def rollouts_query(
+        self,
+        statuses: Sequence[RolloutStatus] | None,
+        mode: RolloutMode | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Rollout], int]:
+        # NULL parameters switch a condition off: one statement, planned once.
+        values = None if statuses is None else [status.value for status in statuses]
+        params = {"statuses": values, "mode": mode, "limit": limit, "offset": offset}
+        counted = self.db.execute(
+            "SELECT COUNT(*) FROM agl_rollouts "
+            "WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "
+            "AND (%(mode)s::text IS NULL OR mode = %(mode)s::text)",
+            params,
+        ).fetchone()
+        rows = self.db.execute(
+            "SELECT data FROM agl_rollouts "
+            "WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "
+            "AND (%(mode)s::text IS NULL OR mode = %(mode)s::text) "
+            "ORDER BY seq LIMIT %(limit)s OFFSET %(offset)s",
+            params,
+        ).fetchall()
+        total = 0 if counted is None else int(counted[0])
+        return [Rollout.model_validate_json(row[0]) for row in rows], total
+
+    # attempts
+    def attempt_get(self, rollout_id: str, attempt_id: str) -> Attempt | None:
+        row = self.db.execute(
+            "SELECT data FROM agl_attempts WHERE rollout_id = %s AND attempt_id = %s",
+            (rollout_id, attempt_id),
+        ).fetchone()
+        return None if row is None else Attempt.model_validate_json(row[0])
+
+    def attempts_get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Attempt]:
+        wanted = set(keys)
+        rows = self.db.execute(
+            "SELECT rollout_id, attempt_id, data FROM agl_attempts WHERE rollout_id = ANY(%s)",
+            (sorted({rollout_id for rollout_id, _ in wanted}),),
+        )
+        return {
+            (rollout_id, attempt_id): Attempt.model_validate_json(data)
+            for rollout_id, attempt_id, data in rows
+            if (rollout_id, attempt_id) in wanted
+        }
+
+    def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
+        self.attempts_upsert_many([(attempt, deadline)])
+
+    def attempts_upsert_many(self, items: Sequence[tuple[Attempt, float | None]]) -> None:
+        with self.db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET "
+                "deadline = excluded.deadline, data = excluded.data",
+                [
+                    (a.rollout_id, a.attempt_id, a.sequence, deadline, a.model_dump_json())
+                    for a, deadline in items
+                ],
+            )
+
+    def attempts_of(self, rollout_id: str) -> list[Attempt]:
+        rows = self.db.execute(
+            "SELECT data FROM agl_attempts WHERE rollout_id = %s ORDER BY sequence",
+            (rollout_id,),
+        ).fetchall()
+        return [Attempt.model_validate_json(row[0]) for row in rows]
+
+    def attempts_due(self, now: float) -> list[Attempt]:
+        taken = self.db.execute("SELECT pg_try_advisory_xact_lock(%s)", (_SWEEP_LOCK,)).fetchone()
+        if not taken or not taken[0]:
+            return []  # another server is ending overdue attempts right now
+        rows = self.db.execute(
+            "SELECT data FROM agl_attempts WHERE deadline IS NOT NULL AND deadline <= %s",
+            (now,),
+        ).fetchall()
+        return [Attempt.model_validate_json(row[0]) for row in rows]
+
+    # spans
+    def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for rollout_id, attempt_id, _, span_id in keys:
+            wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
+        found: dict[SpanKey, int] = {}
+        for (rollout_id, attempt_id), span_ids in wanted.items():
+            rows = self.db.execute(
+                "SELECT trace_id, span_id, sequence_id FROM agl_spans WHERE rollout_id = %s "
+                "AND attempt_id = %s AND span_id = ANY(%s)",
+                (rollout_id, attempt_id, list(span_ids)),
+            )
+            for trace_id, span_id, sequence_id in rows:
+                found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
+        return found
+
+    def spans_reserve(self, rollout_id: str, count: int) -> int:
+        row = self.db.execute(
+            "UPDATE agl_rollouts SET next_span_seq = next_span_seq + %s WHERE rollout_id = %s "
+            "RETURNING next_span_seq - %s",
+            (count, rollout_id, count),
+        ).fetchone()
+        if row is None:  # pragma: no cover - the engine checked the rollout exists
+            raise LookupError(f"rollout {rollout_id!r} is gone")
+        return int(row[0])
+
+    def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
+        # As in SQLite: the stored JSON leaves out defaults and starts with the sequence id.
+        with self.db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO agl_spans "
+                "(rollout_id, sequence_id, attempt_id, trace_id, span_id, data) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        span.rollout_id,
+                        sequence_id,
+                        span.attempt_id,
+                        span.trace_id,
+                        span.span_id,
+                        f'{{"sequence_id":{sequence_id},'
+                        + span.model_dump_json(exclude_defaults=True, exclude=_NO_SEQUENCE)[1:],
+                    )
+                    for span, sequence_id in spans
+                ],
+            )
+
+    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
+        rows = self.db.execute(
+            "SELECT data FROM agl_spans WHERE rollout_id = %s "
+            "AND (%s::text IS NULL OR attempt_id = %s::text) ORDER BY sequence_id",
+            (rollout_id, attempt_id, attempt_id),
+        ).fetchall()
+        if not rows:
+            return []
+        return _spans_json.validate_json("[" + ",".join(row[0] for row in rows) + "]")
+
+    # resources
+    def resources_get(self, resources_id: str) -> ResourcesUpdate | None:
+        row = self.db.execute(
+            "SELECT data FROM agl_resources WHERE resources_id = %s", (resources_id,)
+        ).fetchone()
+        return None if row is None else ResourcesUpdate.model_validate_json(row[0])
+
+    def resources_latest(self) -> ResourcesUpdate | None:
+        row = self.db.execute(
+            "SELECT data FROM agl_resources ORDER BY version DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else ResourcesUpdate.model_validate_json(row[0])
+
+    def resources_insert(self, update: ResourcesUpdate) -> None:
+        self.db.execute(
+            "INSERT INTO agl_resources (version, resources_id, data) VALUES (%s, %s, %s)",
+            (update.version, update.resources_id, update.model_dump_json()),
+        )
+
+    # workers
+    def worker_get(self, worker_id: str) -> Worker | None:
+        row = self.db.execute(
+            "SELECT data FROM agl_workers WHERE worker_id = %s FOR UPDATE", (worker_id,)
+        ).fetchone()
+        if row is None:
+            self._absent_workers.add(worker_id)
+            return None
+        return Worker.model_validate_json(row[0])
+
+    def worker_upsert(self, worker: Worker) -> None:
+        if worker.worker_id in self._absent_workers:
+            # Seen absent: insert, and let a concurrent first insert fail this one (retried).
+            self.db.execute(
+                "INSERT INTO agl_workers (worker_id, data) VALUES (%s, %s)",
+                (worker.worker_id, worker.model_dump_json()),
+            )
+            self._absent_workers.discard(worker.worker_id)
+            return
+        self.db.execute(
+            "INSERT INTO agl_workers (worker_id, data) VALUES (%s, %s) "
+            "ON CONFLICT (worker_id) DO UPDATE SET data = excluded.data",
+            (worker.worker_id, worker.model_dump_json()),
+        )
+
+    def workers_all(self) -> list[Worker]:
+        rows = self.db.execute("SELECT data FROM agl_workers ORDER BY worker_id").fetchall()
+        return [Worker.model_validate_json(row[0]) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        counts = {
+            f"rollouts.{status}": int(count)
+            for status, count in self.db.execute(
+                "SELECT status, COUNT(*) FROM agl_rollouts GROUP BY status"
+            )
+        }
+        row = self.db.execute(
+            "SELECT (SELECT COUNT(*) FROM agl_attempts), (SELECT COUNT(*) FROM agl_spans), "
+            "(SELECT COUNT(*) FROM agl_resources), (SELECT COUNT(*) FROM agl_workers)"
+        ).fetchone()
+        assert row is not None
+        tables = ("attempts", "spans", "resources", "workers")
+        counts.update(zip(tables, map(int, row), strict=True))
+        return counts
+
+    def notify(self) -> None:
+        """Tell every server listening that rollouts changed (delivered on commit)."""
+        self.db.execute("SELECT pg_notify(%s, '')", (CHANNEL,))

@@ -1,0 +1,277 @@
+"""The PostgreSQL store with several stores (as several servers would) over one real database,
+its schema versions, and what it says when the database is wrong or gone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import agl
+from agl import RolloutConfig, RolloutRequest, RolloutStatus
+from agl._spans import new_span_id, new_trace_id
+from agl.store._postgres import PostgresStore, redact
+from agl.store._postgres_sql import SCHEMA_VERSION
+from agl.testing.ports import free_port
+from agl.testing.postgres import PostgresServer
+from agl.testing.processes import Processes
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    with PostgresServer() as running:
+        yield running
+
+
+@pytest.fixture
+def url(server: PostgresServer) -> str:
+    return server.create_database(f"t_{uuid.uuid4().hex}")
+
+
+def _span(rollout_id: str, attempt_id: str, index: int) -> agl.Span:
+    return agl.Span(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        trace_id=new_trace_id(),
+        span_id=new_span_id(),
+        name=f"step-{index}",
+        start_time_unix_nano=1_000_000_000,
+        end_time_unix_nano=2_000_000_000,
+    )
+
+
+async def test_concurrent_dequeues_from_three_stores_claim_each_rollout_once(url: str) -> None:
+    stores = [agl.open_store(url) for _ in range(3)]
+    try:
+        await stores[0].enqueue_rollouts([RolloutRequest(input=i) for i in range(120)])
+
+        async def drain(store: agl.Store, worker: str) -> list[str]:
+            claimed = []
+            while claims := await store.dequeue_rollouts(limit=4, worker_id=worker):
+                claimed += [claim.rollout.rollout_id for claim in claims]
+            return claimed
+
+        results = await asyncio.gather(
+            *(drain(store, f"w{i}-{j}") for i, store in enumerate(stores) for j in range(3))
+        )
+        claimed = [rollout_id for result in results for rollout_id in result]
+        assert len(claimed) == 120
+        assert len(set(claimed)) == 120
+        workers = await stores[1].query_workers()
+        assert sum(worker.num_claimed for worker in workers) == 120
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_spans_added_to_one_rollout_from_two_stores_get_gap_free_ids(url: str) -> None:
+    a, b = agl.open_store(url), agl.open_store(url)
+    try:
+        await a.enqueue_rollouts([RolloutRequest(input=0, rollout_id="r")])
+        (claim,) = await a.dequeue_rollouts()
+        spans = [_span("r", claim.attempt.attempt_id, i) for i in range(200)]
+        batches = [spans[i : i + 10] for i in range(0, 200, 10)]
+        # Every batch sent through both stores at once: each span is stored once.
+        results = await asyncio.gather(
+            *(store.add_spans(batch) for batch in batches for store in (a, b))
+        )
+        for first, second in zip(results[::2], results[1::2], strict=True):
+            assert first == second
+        stored = await b.query_spans("r")
+        assert [span.sequence_id for span in stored] == list(range(1, 201))
+        assert {span.span_id for span in stored} == {span.span_id for span in spans}
+        assert await a.add_spans(spans[:5]) == results[0][:5]  # re-adding is a no-op
+        assert len(await a.query_spans("r")) == 200
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_overdue_attempts_end_once_with_three_stores_sweeping(url: str) -> None:
+    stores = [agl.open_store(url) for _ in range(3)]
+    try:
+        config = RolloutConfig(unresponsive_seconds=0.2, max_attempts=2)
+        requests = [RolloutRequest(input=i, config=config) for i in range(30)]
+        await stores[0].enqueue_rollouts(requests)
+        claims = await stores[0].dequeue_rollouts(limit=30, worker_id="lost")
+        assert len(claims) == 30
+        await asyncio.sleep(0.4)
+        # All three read at once: each sweeps (one at a time, by the advisory lock).
+        reads = [store.query_rollouts(limit=100) for store in stores for _ in range(3)]
+        await asyncio.gather(*reads)
+        page = await stores[1].query_rollouts(limit=100)
+        assert {rollout.status for rollout in page.rollouts} == {RolloutStatus.REQUEUING}
+        assert {rollout.num_attempts for rollout in page.rollouts} == {1}
+        for rollout in page.rollouts:
+            attempts = await stores[2].query_attempts(rollout.rollout_id)
+            assert [attempt.status for attempt in attempts] == [agl.AttemptStatus.UNRESPONSIVE]
+        # The retries are claimable exactly once each.
+        retried = await asyncio.gather(
+            *(store.dequeue_rollouts(limit=30, worker_id=f"w{i}") for i, store in enumerate(stores))
+        )
+        assert sorted(c.rollout.rollout_id for r in retried for c in r) == sorted(
+            claim.rollout.rollout_id for claim in claims
+        )
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_late_report_after_another_server_timed_the_attempt_out_is_refused(
+    url: str,
+) -> None:
+    a, b = agl.open_store(url), agl.open_store(url)
+    try:
+        config = RolloutConfig(unresponsive_seconds=0.2, max_attempts=1)
+        await a.enqueue_rollouts([RolloutRequest(input=0, rollout_id="r", config=config)])
+        (claim,) = await a.dequeue_rollouts(worker_id="w")
+        await asyncio.sleep(0.4)
+        assert (await b.get_rollout("r")).status == RolloutStatus.FAILED
+        with pytest.raises(agl.ConflictError, match="unresponsive"):
+            await a.update_attempt("r", claim.attempt.attempt_id, status="succeeded")
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_waiting_dequeue_wakes_on_another_stores_enqueue(url: str) -> None:
+    # poll_interval=60: only the notification can wake the waiter before its 20 s are up.
+    waiter = agl.open_store(url + "?poll_interval=60")
+    writer = agl.open_store(url)
+    try:
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(waiter.dequeue_rollouts(wait=20))
+        await asyncio.sleep(0.3)
+        await writer.enqueue_rollouts([RolloutRequest(input=1)])
+        claims = await waiting
+        assert len(claims) == 1
+        assert time.monotonic() - started < 10
+        rollout_id = claims[0].rollout.rollout_id
+        finished = asyncio.ensure_future(waiter.wait_for_rollouts([rollout_id], timeout=20))
+        await asyncio.sleep(0.3)
+        await writer.update_attempt(rollout_id, claims[0].attempt.attempt_id, status="succeeded")
+        assert [rollout.rollout_id for rollout in await finished] == [rollout_id]
+        assert time.monotonic() - started < 10
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
+    async with agl.open_store(url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input=1, rollout_id="kept")])
+    with psycopg.connect(url, autocommit=True) as db:  # what version 1 of the schema was
+        db.execute("DROP INDEX agl_rollouts_status")
+        db.execute("UPDATE agl_meta SET value = '1' WHERE key = 'schema_version'")
+    store = PostgresStore(url)
+    try:
+        assert store.migrated_from == 1
+        assert (await store.get_rollout("kept")).input == 1
+    finally:
+        await store.close()
+    with psycopg.connect(url) as db:
+        assert db.execute("SELECT to_regclass('agl_rollouts_status')").fetchone() != (None,)
+        version = db.execute("SELECT value FROM agl_meta WHERE key = 'schema_version'")
+        assert version.fetchone() == (str(SCHEMA_VERSION),)
+
+
+async def test_a_newer_schema_is_refused_naming_both_versions(url: str) -> None:
+    async with agl.open_store(url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input=1, rollout_id="kept")])
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("UPDATE agl_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(agl.StoreError, match=rf"version 99.*up to version {SCHEMA_VERSION}"):
+        agl.open_store(url)
+    with psycopg.connect(url) as db:
+        assert db.execute("SELECT COUNT(*) FROM agl_rollouts").fetchone() == (1,)
+
+
+def test_a_malformed_url_is_named_without_its_password() -> None:
+    with pytest.raises(agl.InvalidInputError, match="malformed PostgreSQL URL") as caught:
+        agl.open_store("postgresql://agl:s3cret@127.0.0.1:notaport/db")
+    assert "s3cret" not in str(caught.value)
+    with pytest.raises(agl.InvalidInputError, match="pool_size"):
+        agl.open_store("postgresql://agl:pw@127.0.0.1/db?pool_size=0")
+
+
+def test_a_database_that_is_down_is_named() -> None:
+    port = free_port()
+    with pytest.raises(agl.StoreUnavailableError, match=f"cannot reach PostgreSQL.*{port}"):
+        PostgresStore(f"postgresql://agl:pw@127.0.0.1:{port}/db", connect_timeout=3)
+
+
+def test_wrong_credentials_and_a_missing_database_are_named(server: PostgresServer) -> None:
+    wrong = server.url_of("postgres", password="wrong-password")
+    with pytest.raises(agl.StoreUnavailableError, match="refused the credentials") as caught:
+        agl.open_store(wrong)
+    assert "wrong-password" not in str(caught.value)
+    with pytest.raises(agl.StoreUnavailableError, match="create it first"):
+        agl.open_store(server.url_of("no_such_database"))
+
+
+def test_redact_hides_only_the_password() -> None:
+    assert redact("postgresql://u:p@h:5/d") == "postgresql://u:***@h:5/d"
+    assert redact("postgresql://h/d") == "postgresql://h/d"
+
+
+async def test_a_restarted_database_loses_nothing_and_the_store_carries_on() -> None:
+    with PostgresServer() as server:
+        url = server.create_database("restart")
+        async with agl.open_store(url) as store:
+            await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(5)])
+            server.kill()
+            with pytest.raises(agl.StoreUnavailableError, match="PostgreSQL"):
+                await store.enqueue_rollouts([RolloutRequest(input=5)])
+            server.start()
+            for _ in range(50):  # the pool replaces its broken connections
+                try:
+                    page = await store.query_rollouts()
+                    break
+                except agl.StoreUnavailableError:
+                    await asyncio.sleep(0.1)
+            assert [rollout.input for rollout in page.rollouts] == [0, 1, 2, 3, 4]
+            assert len(await store.dequeue_rollouts(limit=10)) == 5
+
+
+async def test_two_store_servers_over_one_database_survive_one_being_killed(
+    server: PostgresServer, url: str, tmp_path: Path
+) -> None:
+    with Processes(tmp_path) as processes:
+        ports = free_port(), free_port()
+        first = await processes.store_server("store-a", db=url, port=ports[0])
+        await processes.store_server("store-b", db=url, port=ports[1])
+        a = agl.open_store(f"http://127.0.0.1:{ports[0]}")
+        b = agl.open_store(f"http://127.0.0.1:{ports[1]}")
+        try:
+            await a.enqueue_rollouts(
+                [RolloutRequest(input=i, rollout_id=f"r{i}") for i in range(20)]
+            )
+            claims = await b.dequeue_rollouts(limit=10, worker_id="w")
+            for claim in claims:
+                ids = claim.rollout.rollout_id, claim.attempt.attempt_id
+                await a.add_spans([_span(*ids, 0), _span(*ids, 1)])
+                await b.update_attempt(*ids, status="succeeded")
+            first.process.kill()  # SIGKILL: whatever it acknowledged is in the database
+            first.process.wait(timeout=30)
+            page = await b.query_rollouts(limit=100)
+            assert page.total == 20
+            done = [r for r in page.rollouts if r.status == RolloutStatus.SUCCEEDED]
+            assert sorted(r.rollout_id for r in done) == sorted(
+                c.rollout.rollout_id for c in claims
+            )
+            for rollout in done:
+                spans = await b.query_spans(rollout.rollout_id)
+                assert [span.sequence_id for span in spans] == [1, 2]
+            rest = await b.dequeue_rollouts(limit=20, worker_id="w")
+            assert len(rest) == 10
+            assert not {c.rollout.rollout_id for c in rest} & {r.rollout_id for r in done}
+        finally:
+            await a.close()
+            await b.close()
