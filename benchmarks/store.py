@@ -1,8 +1,11 @@
 """Store throughput benchmark: R rollouts x S spans through memory://, sqlite:/// and http://.
 
 Backends: ``memory``, ``sqlite`` (in process), ``http`` (``agl store serve`` over a durable
-SQLite file: what a multi-machine run uses) and ``http-memory`` (the same server over
-``memory://``, like agentlightning's HTTP store, whose figures are quoted beside it).
+SQLite file: what a one-host run uses), ``http-memory`` (the same server over ``memory://``,
+like agentlightning's HTTP store, whose figures are quoted beside it), ``postgresql`` (one
+``agl store serve`` over a real PostgreSQL, started by the benchmark) and ``postgresql-3``
+(three servers over that one database; the concurrent clients are spread over them, each
+client process talking to its own server first).
 
 Per backend it times, separately: enqueue (batches of 100), dequeue one at a time plus marking
 each attempt running, spans added in batches (one call per rollout, and 512-span calls: the
@@ -69,9 +72,17 @@ GOALS: dict[tuple[str, str], tuple[float | None, str]] = {
     ("http-memory", "single"): (2_000, "~620"),
     ("http-memory", "concurrent"): (2_000, ""),
     ("http-memory", "capacity"): (2_000, ""),
+    ("postgresql", "batched"): (50_000, ""),
+    ("postgresql", "dequeue"): (2_000, ""),
 }
-# What ``agl store serve`` runs on for each HTTP backend.
-HTTP_BACKENDS = {"http": "sqlite:///{tmp}/http-{run}.db", "http-memory": "memory://"}
+# What ``agl store serve`` runs on for each HTTP backend, and how many servers.
+HTTP_BACKENDS = {
+    "http": "sqlite:///{tmp}/http-{run}.db",
+    "http-memory": "memory://",
+    "postgresql": "{postgres}",
+    "postgresql-3": "{postgres}",
+}
+SERVERS = {"postgresql-3": 3}
 
 
 class VerificationError(RuntimeError):
@@ -212,7 +223,13 @@ async def run_processes(url: str, owned: list[list[Span]]) -> float:
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(len(owned)), ctx.Queue()
     dumped = [[span.model_dump(mode="json") for span in spans] for spans in owned]
-    procs = [ctx.Process(target=_client_process, args=(url, d, barrier, out)) for d in dumped]
+    # Several servers (a comma-separated URL): client i talks to server i first.
+    urls = url.split(",")
+    firsts = [",".join(urls[i % len(urls) :] + urls[: i % len(urls)]) for i in range(len(dumped))]
+    procs = [
+        ctx.Process(target=_client_process, args=(first, d, barrier, out))
+        for first, d in zip(firsts, dumped, strict=True)
+    ]
     results: list[Any] = []
     try:
         for proc in procs:
@@ -310,29 +327,49 @@ async def bench_backend(backend: str, url: str, work: Workload) -> list[Figure]:
 
 
 @contextlib.contextmanager
-def http_server(db_url: str) -> Iterator[str]:
-    """Run ``agl store serve`` in its own process; stop it on the way out, error or not."""
-    port = free_port()
-    command = [sys.executable, "-m", "agl", "store", "serve", "--db", db_url, "--port", str(port)]
-    proc = subprocess.Popen([*command, "--log-level", "warning"], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+def http_server(db_url: str, count: int = 1) -> Iterator[str]:
+    """Run ``count`` ``agl store serve`` processes over ``db_url``; yield their URLs joined by
+    commas; stop them on the way out, error or not."""
+    procs, urls = [], []
     try:
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=1):
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError(f"agl store serve did not come up (exit code {proc.poll()})")
-        print(f"http: agl store serve (pid {proc.pid}) on {url}, {db_url}", file=sys.stderr)
-        yield url
+        for _ in range(count):
+            port = free_port()
+            command = [sys.executable, "-m", "agl", "store", "serve", "--db", db_url]
+            command += ["--port", str(port), "--log-level", "warning"]
+            procs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
+            urls.append(f"http://127.0.0.1:{port}")
+        for proc, url in zip(procs, urls, strict=True):
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                health = f"{url}/health"
+                with contextlib.suppress(OSError), urllib.request.urlopen(health, timeout=1):
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError(f"agl store serve did not come up (exit code {proc.poll()})")
+            print(f"http: agl store serve (pid {proc.pid}) on {url}", file=sys.stderr)
+        yield ",".join(urls)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def postgres_database(backends: list[str]) -> Iterator[Any]:
+    """A real PostgreSQL server when a postgresql backend is asked for (None otherwise)."""
+    if not any(backend.startswith("postgresql") for backend in backends):
+        yield None
+        return
+    from agl.testing.postgres import PostgresServer
+
+    with PostgresServer() as server:
+        print(f"postgresql: {server.url_of('…', password='***')}", file=sys.stderr)
+        yield server
 
 
 WRK_SCRIPT = """
@@ -422,7 +459,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=500)
     parser.add_argument("--spans", type=int, default=10, help="spans per rollout")
-    parser.add_argument("--backends", default="memory,sqlite,http,http-memory")
+    parser.add_argument(
+        "--backends", default="memory,sqlite,http,http-memory,postgresql,postgresql-3"
+    )
     parser.add_argument("--clients", type=int, default=4, help="concurrent single-span clients")
     parser.add_argument("--single-limit", type=int, default=2_000, help="spans per 1-span run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per backend; median shown")
@@ -437,7 +476,9 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run_backend(backend: str, args: argparse.Namespace, tmp: str) -> list[Figure]:
+def run_backend(
+    backend: str, args: argparse.Namespace, tmp: str, postgres: Any = None
+) -> list[Figure]:
     """Run the workload ``--repeat`` times on fresh stores; keep each operation's median run."""
     runs: list[list[Figure]] = []
     for run in range(args.repeat):
@@ -445,10 +486,13 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: str) -> list[Figure
         work = Workload(args.rollouts, args.spans, args.clients, args.single_limit)
         urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/bench-{run}.db"}
         served = HTTP_BACKENDS.get(backend)
-        server = http_server(served.format(tmp=tmp, run=run)) if served else None
+        if served and "{postgres}" in served:
+            served = served.format(postgres=postgres.create_database(f"bench_{backend[-1]}_{run}"))
+        count = SERVERS.get(backend, 1)
+        server = http_server(served.format(tmp=tmp, run=run), count) if served else None
         with server or contextlib.nullcontext(urls[backend]) as url:
             figures = asyncio.run(bench_backend(backend, url, work))
-            if served and shutil.which("wrk"):
+            if served and count == 1 and shutil.which("wrk"):
                 seconds = 2 if args.quick else 5
                 capacity = bench_server_capacity(backend, url, tmp, 16, seconds)
                 figures.append(asyncio.run(capacity))
@@ -461,9 +505,10 @@ def main() -> None:
     # Turn SIGTERM into an exception so that the cleanup (server, client processes) runs.
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     started, figures = time.perf_counter(), []
-    with tempfile.TemporaryDirectory(prefix="agl-bench-") as tmp:
-        for backend in args.backends.split(","):
-            figures += run_backend(backend, args, tmp)
+    backends = args.backends.split(",")
+    with tempfile.TemporaryDirectory(prefix="agl-bench-") as tmp, postgres_database(backends) as pg:
+        for backend in backends:
+            figures += run_backend(backend, args, tmp, pg)
     imp = measure_import(3 if args.quick else 7)
     print_table(figures, imp, args.repeat)
     elapsed = time.perf_counter() - started

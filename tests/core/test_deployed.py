@@ -15,11 +15,12 @@ import httpx
 import pytest
 
 import agl
-from agl import RolloutRequest, RolloutStatus, semconv
+from agl import RolloutConfig, RolloutRequest, RolloutStatus, semconv
 from agl._results import fetch_results
 from agl.lightning import TransitionBuilder, extract_calls
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
+from agl.testing.postgres import PostgresServer
 from agl.testing.processes import Processes, runner_summary, write_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -162,3 +163,96 @@ def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
     )  # fmt: skip
     assert child.exit_code(60) == 2
     assert "refusing to serve the gateway on '0.0.0.0' without a token" in child.log()
+
+
+SLOW_AGENT = """
+    import asyncio
+
+    import agl
+    import openai
+
+
+    @agl.rollout
+    async def agent(task, llm: agl.LLM):
+        async with openai.AsyncOpenAI(
+            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
+        ) as client:
+            for turn in range(2):
+                await client.chat.completions.create(
+                    model=llm.model,
+                    messages=[{"role": "user", "content": f"task {task} turn {turn}"}],
+                    max_tokens=8,
+                )
+                await asyncio.sleep(0.2)
+        return task / 10
+"""
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes(
+    tmp_path: Path, processes: Processes, model: OpenAIServer, postgres: PostgresServer
+) -> None:
+    db = postgres.create_database("three_servers")
+    ports = [free_port() for _ in range(3)]
+    servers = [
+        await processes.store_server(f"store-{i}", db=db, port=port) for i, port in enumerate(ports)
+    ]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+
+    def starting_at(first: int) -> str:  # every client knows all three, each starts elsewhere
+        return ",".join(urls[first:] + urls[:first])
+
+    gateway_port = free_port()
+    await processes.gateway_server(
+        "gateway", upstreams=[model.url], store=starting_at(1), port=gateway_port
+    )
+    endpoint = f"http://127.0.0.1:{gateway_port}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+    agent = write_agent(tmp_path, "slow_calls", SLOW_AGENT)
+    config = RolloutConfig(unresponsive_seconds=10, max_attempts=3)
+    tasks = list(range(16))
+    async with agl.open_store(starting_at(2)) as store:
+        await store.add_resources({"llm": agl.LLM(endpoint=endpoint, model="policy")})
+        rollouts = await store.enqueue_rollouts(
+            [RolloutRequest(input=task, config=config) for task in tasks]
+        )
+        options = ("--instrument", "openai", "--concurrency", "2")
+        runners = [
+            processes.runner(f"runner-{i}", starting_at(i), agent, *options) for i in range(2)
+        ]
+        ids = [rollout.rollout_id for rollout in rollouts]
+
+        async def some_finished() -> bool:
+            return len(await store.wait_for_rollouts(ids, timeout=0.5)) >= 4
+
+        await processes.until(some_finished, "4 rollouts finished", 60, *runners)
+        servers[0].process.kill()  # runner-0's first server, mid-run: SIGKILL
+        servers[0].process.wait(timeout=30)
+        killed_at = time.time()
+
+        async def all_finished() -> bool:
+            return len(await store.wait_for_rollouts(ids, timeout=1)) == len(ids)
+
+        await processes.until(all_finished, "every rollout finished", 120, *runners)
+        results = await fetch_results(store, await store.wait_for_rollouts(ids, timeout=1))
+        for result in results:
+            assert result.status == RolloutStatus.SUCCEEDED, (result.error, processes.logs())
+            attempts = await store.query_attempts(result.rollout.rollout_id)
+            succeeded = [a for a in attempts if a.status == agl.AttemptStatus.SUCCEEDED]
+            assert len(succeeded) == 1, attempts  # counted once, whatever was retried
+            calls = extract_calls(result.spans)
+            assert len(calls.calls) >= 2
+            assert all(call.has_tokens for call in calls.calls), calls
+        assert sorted(result.reward or 0.0 for result in results) == [t / 10 for t in tasks]
+        # runner-0 went on through another server: it claimed rollouts after the kill.
+        claimed_after = [
+            attempt
+            for result in results
+            for attempt in result.attempts
+            if attempt.worker_id == "runner-0" and attempt.start_time > killed_at
+        ]
+        assert claimed_after, processes.logs()

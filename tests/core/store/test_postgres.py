@@ -15,7 +15,8 @@ import pytest
 import agl
 from agl import RolloutConfig, RolloutRequest, RolloutStatus
 from agl._spans import new_span_id, new_trace_id
-from agl.store._postgres import PostgresStore, redact
+from agl.store._open import redact
+from agl.store._postgres import PostgresStore
 from agl.store._postgres_sql import SCHEMA_VERSION
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
@@ -260,6 +261,8 @@ async def test_two_store_servers_over_one_database_survive_one_being_killed(
                 await b.update_attempt(*ids, status="succeeded")
             first.process.kill()  # SIGKILL: whatever it acknowledged is in the database
             first.process.wait(timeout=30)
+            assert "serving postgresql://agl:***@" in first.log()
+            assert server.password not in first.log()
             page = await b.query_rollouts(limit=100)
             assert page.total == 20
             done = [r for r in page.rollouts if r.status == RolloutStatus.SUCCEEDED]
@@ -275,3 +278,37 @@ async def test_two_store_servers_over_one_database_survive_one_being_killed(
         finally:
             await a.close()
             await b.close()
+
+
+async def test_a_client_of_three_servers_fails_over_without_duplicating_a_write(
+    url: str, tmp_path: Path
+) -> None:
+    with Processes(tmp_path) as processes:
+        ports = [free_port() for _ in range(3)]
+        servers = [
+            await processes.store_server(f"store-{i}", db=url, port=port)
+            for i, port in enumerate(ports)
+        ]
+        client = agl.open_store(",".join(f"http://127.0.0.1:{port}" for port in ports))
+        acknowledged: list[str] = []
+        try:
+            for round_ in range(12):
+                if round_ == 6:  # the server the client talks to dies mid-run
+                    servers[0].process.kill()
+                    servers[0].process.wait(timeout=30)
+                requests = [RolloutRequest(input=round_ * 5 + i) for i in range(5)]
+                acknowledged += [r.rollout_id for r in await client.enqueue_rollouts(requests)]
+                for claim in await client.dequeue_rollouts(limit=5, worker_id="w"):
+                    ids = claim.rollout.rollout_id, claim.attempt.attempt_id
+                    await client.add_spans([_span(*ids, 0), _span(*ids, 1)])
+                    await client.update_attempt(*ids, status="succeeded")
+        finally:
+            await client.close()
+        async with agl.open_store(f"http://127.0.0.1:{ports[2]}") as other:
+            page = await other.query_rollouts(limit=100)
+            assert sorted(r.rollout_id for r in page.rollouts) == sorted(acknowledged)
+            assert {r.status for r in page.rollouts} == {RolloutStatus.SUCCEEDED}
+            assert {r.num_attempts for r in page.rollouts} == {1}
+            for rollout_id in acknowledged:
+                spans = await other.query_spans(rollout_id)
+                assert [span.sequence_id for span in spans] == [1, 2]

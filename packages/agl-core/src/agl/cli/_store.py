@@ -37,17 +37,19 @@ def store_serve(
         from agl._server_thread import require_server_extra
 
         require_server_extra("agl store serve")
+        from agl.store._open import redact
         from agl.store._serve import check_bind_address, serve
 
         check_bind_address(host, token)
-        console.print(
-            f"[bold]agl store[/] serving [cyan]{db}[/] on http://{host}:{port}"
-            + (" (token required)" if token else "")
-        )
         from agl.plugins import open_store
 
+        store = open_store(db)
+        console.print(
+            f"[bold]agl store[/] serving [cyan]{redact(db)}[/] on http://{host}:{port}"
+            + (" (token required)" if token else "")
+        )
         serve(
-            open_store(db),
+            store,
             host=host,
             port=port,
             token=token,

@@ -64,6 +64,18 @@ _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(Resources
 _JSON_CONTENT = {"content-type": "application/json"}
 
 
+def _base_url(one: str, url: str) -> str:
+    parts = urlsplit(one)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInputError(
+            f"HTTP store URL must look like http://host:port (several: "
+            f"http://a:4747,http://b:4747), got {url!r}",
+            field="url",
+            value=url,
+        )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
 def _never_sent(exc: Exception) -> bool | None:
     """Say whether a request that raised ``exc`` surely never reached the server.
 
@@ -85,7 +97,12 @@ class HttpStore(ClosingStore):
     """A :class:`~agl.store._base.Store` backed by a remote ``agl store serve``.
 
     Args:
-        url: ``http://host:port`` (a path prefix is kept, for servers behind a proxy).
+        url: ``http://host:port`` (a path prefix is kept, for servers behind a proxy), or
+            several such URLs separated by commas: store servers over one database. Requests
+            go to one until it fails in transport, then to the next; a request that may have
+            reached the failed server is repeated elsewhere only when that is harmless (all
+            but a dequeue, whose lost claim the store gives up on after the rollout's
+            ``unresponsive_seconds``, and retries).
         token: Bearer token for a server started with ``--token``; defaults to the
             ``AGL_STORE_TOKEN`` environment variable.
         timeout: Seconds to wait for an ordinary request (long polls add their own wait).
@@ -100,24 +117,18 @@ class HttpStore(ClosingStore):
         timeout: float = 30.0,
         retries: int = 5,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidInputError(
-                f"HTTP store URL must look like http://host:port, got {url!r}",
-                field="url",
-                value=url,
-            )
-        self._base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        self._bases = [_base_url(one.strip(), url) for one in url.split(",")]
+        self._current = 0
+        self._https = any(base.startswith("https:") for base in self._bases)
         self._token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
         self._timeout = timeout
         self._retries = retries
-        self._https = parts.scheme == "https"
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._closed = False
 
     @property
     def url(self) -> str:
-        return self._base
+        return ",".join(self._bases)
 
     # --- transport --------------------------------------------------------------------------
 
@@ -168,14 +179,14 @@ class HttpStore(ClosingStore):
         """Send a request, retrying transport failures; return the decoded JSON body."""
         if json is not None:
             content = to_json(json)
-        url = self._base + path
         timeout = self._timeouts(wait)
         delay = 0.05
         for attempt in range(self._retries + 1):
+            base = self._bases[self._current]
             try:
                 async with self._session().request(
                     method,
-                    url,
+                    base + path,
                     data=content,
                     params=params,
                     headers=_JSON_CONTENT if content is not None else None,
@@ -189,18 +200,34 @@ class HttpStore(ClosingStore):
                     raise
                 if not (never_sent or idempotent) or attempt == self._retries:
                     raise StoreUnavailableError(
-                        f"store at {self.url} unreachable ({type(exc).__name__}: {exc}) "
+                        f"store at {base} unreachable ({type(exc).__name__}: {exc}) "
                         f"after {attempt + 1} tries"
+                        + ("" if never_sent else "; not repeated: it may have been carried out")
                     ) from exc
+                if self._fail_over(base):
+                    continue  # another server answers for the same data: try it at once
                 await asyncio.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 2.0)
                 continue
             if status == 503 and attempt < self._retries:
+                self._fail_over(base)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             return _decode(status, body)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fail_over(self, failed: str) -> bool:
+        """Move on to the next server after ``failed``; False when there is no other one.
+
+        Requests go to one server until it fails, then the next in the list takes over (for
+        every request of this client): servers over one database serve the same data.
+        """
+        if len(self._bases) == 1:
+            return False
+        if self._bases[self._current] == failed:
+            self._current = (self._current + 1) % len(self._bases)
+        return True
 
     # --- rollouts ---------------------------------------------------------------------------
 

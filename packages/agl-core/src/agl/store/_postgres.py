@@ -45,6 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agl._errors import AglError, InvalidInputError, StoreError, StoreUnavailableError
 from agl.store import _postgres_sql as sql
+from agl.store._open import redact
 from agl.store._stateful import StatefulStore
 from agl.store._tx import Transaction
 
@@ -54,16 +55,6 @@ T = TypeVar("T")
 
 _OPTIONS = {"pool_size", "poll_interval", "retries"}
 _RACES = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.UniqueViolation)
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs (even a malformed one)."""
-    parts = urlsplit(url)
-    credentials, at, host = parts.netloc.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    user = credentials.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 class PostgresStore(StatefulStore):
