@@ -97,12 +97,30 @@ class Processes:
     ) -> None:
         self.kill_all()
 
-    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> Child:
-        """Start ``python -m agl ARGS`` (in :attr:`directory`) as the child ``name``."""
+    def start(
+        self,
+        name: str,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
+    ) -> Child:
+        """Start ``python -m agl ARGS`` (in :attr:`directory`) as the child ``name``, inside the
+        network namespace ``netns`` when given (a host of :class:`agl.testing.hosts.Hosts`)."""
+        return self.python(name, "-m", "agl", *args, env=env, netns=netns)
+
+    def python(
+        self,
+        name: str,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
+    ) -> Child:
+        """Start ``python ARGS`` (a script, ``-c CODE``, ``-m MODULE``) as the child ``name``."""
         log_path = self.directory / f"{name}.log"
+        inside = ["ip", "netns", "exec", netns] if netns else []
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "agl", *args],
+                [*inside, sys.executable, *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.directory,
@@ -131,11 +149,18 @@ class Processes:
         """:func:`wait_until`, showing these children's logs when it fails."""
         await wait_until(check, what, timeout, watched, self.logs)
 
-    async def serving(self, child: Child, url: str, timeout: float = 60.0) -> Child:
-        """Wait until ``url`` (a ``/health`` route) answers, whatever the status; return child."""
+    async def serving(
+        self, child: Child, url: str, timeout: float = 60.0, netns: str | None = None
+    ) -> Child:
+        """Wait until ``url`` (a ``/health`` route) answers, whatever the status; return child.
+
+        With ``netns``, the URL is asked from inside that namespace (where it is reachable).
+        """
         import httpx
 
         async def answers() -> bool:
+            if netns is not None:
+                return await _answers_in(netns, url)
             async with httpx.AsyncClient() as client:
                 try:
                     await client.get(url, timeout=1)
@@ -154,13 +179,15 @@ class Processes:
         port: int,
         host: str = "127.0.0.1",
         options: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
     ) -> Child:
         """Start ``agl store serve --db DB`` and wait until it answers."""
         child = self.start(
             name, "store", "serve", "--db", db, "--host", host, "--port", str(port),
-            "--log-level", "warning", *options,
+            "--log-level", "warning", *options, env=env, netns=netns,
         )  # fmt: skip
-        return await self.serving(child, f"http://{_url_host(host)}:{port}/health")
+        return await self.serving(child, f"http://{_url_host(host)}:{port}/health", netns=netns)
 
     async def gateway_server(
         self,
@@ -172,14 +199,15 @@ class Processes:
         host: str = "127.0.0.1",
         options: tuple[str, ...] = (),
         env: Mapping[str, str] | None = None,
+        netns: str | None = None,
     ) -> Child:
         """Start ``agl gateway serve`` in front of ``upstreams`` and wait until it answers."""
         args = [arg for upstream in upstreams for arg in ("--upstream", upstream)]
         child = self.start(
             name, "gateway", "serve", *args, "--store", store, "--host", host,
-            "--port", str(port), "--log-level", "warning", *options, env=env,
+            "--port", str(port), "--log-level", "warning", *options, env=env, netns=netns,
         )  # fmt: skip
-        return await self.serving(child, f"http://{_url_host(host)}:{port}/health")
+        return await self.serving(child, f"http://{_url_host(host)}:{port}/health", netns=netns)
 
     def runner(
         self,
@@ -188,11 +216,12 @@ class Processes:
         agent: str,
         *options: str,
         env: Mapping[str, str] | None = None,
+        netns: str | None = None,
     ) -> Child:
         """Start ``agl runner`` (worker id ``name``) with an agent from :attr:`directory`."""
         return self.start(
             name, "runner", "--store", store, "--agent", agent, "--path", str(self.directory),
-            "--worker-id", name, *options, env=env,
+            "--worker-id", name, *options, env=env, netns=netns,
         )  # fmt: skip
 
 
@@ -242,6 +271,24 @@ def runner_summary(child: Child) -> dict[str, int]:
     assert len(found) == 1, f"{child.name} printed no single summary:\n{log}"
     assert "Traceback" not in log, log
     return dict(zip(OUTCOMES, map(int, found[0]), strict=True))
+
+
+_ASK = (
+    "import sys, urllib.error, urllib.request\n"
+    "try:\n"
+    "    urllib.request.urlopen(sys.argv[1], timeout=1)\n"
+    "except urllib.error.HTTPError:\n"
+    "    pass\n"
+)
+
+
+async def _answers_in(netns: str, url: str) -> bool:
+    """Whether ``url`` answers (any status) when asked from inside namespace ``netns``."""
+    process = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sys.executable, "-c", _ASK, url,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    return await process.wait() == 0
 
 
 def _url_host(host: str) -> str:
