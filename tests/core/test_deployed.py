@@ -21,31 +21,13 @@ from agl.lightning import TransitionBuilder, extract_calls
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
-from agl.testing.processes import Processes, runner_summary, write_agent
+from agl.testing.processes import Processes, calling_agent, runner_summary, write_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOKEN = "gateway-secret"
 
-AGENT = """
-    import agl
-    import openai
-
-
-    @agl.rollout
-    async def agent(task, llm: agl.LLM):
-        # The runner gives gateway LLMs the gateway's token as their api_key.
-        async with openai.AsyncOpenAI(
-            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
-        ) as client:
-            for turn in range(2):
-                await client.chat.completions.create(
-                    model=llm.model,
-                    messages=[{"role": "user", "content": f"task {task} turn {turn}"}],
-                    max_tokens=8,
-                )
-        return task / 10
-"""
+AGENT = calling_agent()  # two calls through the gateway; reward task / 10
 
 
 @pytest.fixture
@@ -165,27 +147,7 @@ def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
     assert "refusing to serve the gateway on '0.0.0.0' without a token" in child.log()
 
 
-SLOW_AGENT = """
-    import asyncio
-
-    import agl
-    import openai
-
-
-    @agl.rollout
-    async def agent(task, llm: agl.LLM):
-        async with openai.AsyncOpenAI(
-            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
-        ) as client:
-            for turn in range(2):
-                await client.chat.completions.create(
-                    model=llm.model,
-                    messages=[{"role": "user", "content": f"task {task} turn {turn}"}],
-                    max_tokens=8,
-                )
-                await asyncio.sleep(0.2)
-        return task / 10
-"""
+SLOW_AGENT = calling_agent(pause=0.2)
 
 
 @pytest.fixture(scope="module")

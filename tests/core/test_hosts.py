@@ -17,6 +17,7 @@ from agl.testing.hosts import Hosts, unavailable
 from agl.testing.postgres import PostgresServer
 from agl.testing.processes import (
     Processes,
+    calling_agent,
     runner_summary,
     wait_until,
     write_agent,
@@ -28,27 +29,7 @@ WHY_NOT = unavailable()
 STORE_TOKEN, GATEWAY_TOKEN = "store-secret", "gateway-secret"
 TASKS = 12
 
-AGENT = """
-    import asyncio
-
-    import agl
-    import openai
-
-
-    @agl.rollout
-    async def agent(task, llm: agl.LLM):
-        async with openai.AsyncOpenAI(
-            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
-        ) as client:
-            for turn in range(2):
-                await client.chat.completions.create(
-                    model=llm.model,
-                    messages=[{"role": "user", "content": f"task {task} turn {turn}"}],
-                    max_tokens=8,
-                )
-                await asyncio.sleep(0.5)
-        return task / 100
-"""
+AGENT = calling_agent(pause=0.5, reward="task / 100")
 
 # The algorithm's side, on the trainer host: publish the LLM, enqueue, and read each rollout the
 # moment the store says it finished. It writes progress.json as it goes and result.json at the end.

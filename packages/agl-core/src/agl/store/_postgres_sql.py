@@ -28,12 +28,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
-from pydantic import TypeAdapter
 
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
-from agl.store._tx import SpanKey
+from agl.store._tx import SpanKey, span_ids_by_attempt, span_row, spans_of_rows
 
 __all__ = [
     "CHANNEL",
@@ -132,10 +131,6 @@ def migrate(db: psycopg.Connection[Any], target: int = SCHEMA_VERSION) -> tuple[
             (str(target),),
         )
     return found, target
-
-
-_spans_json = TypeAdapter(list[Span])
-_NO_SEQUENCE = {"sequence_id"}
 
 
 class PostgresTransaction:
@@ -284,9 +279,7 @@ class PostgresTransaction:
 
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
-        wanted: dict[tuple[str, str], set[str]] = {}
-        for rollout_id, attempt_id, _, span_id in keys:
-            wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
+        wanted = span_ids_by_attempt(keys)
         found: dict[SpanKey, int] = {}
         for (rollout_id, attempt_id), span_ids in wanted.items():
             rows = self.db.execute(
@@ -320,17 +313,7 @@ class PostgresTransaction:
             ) as copy,
         ):
             for span, sequence_id in spans:
-                copy.write_row(
-                    (
-                        span.rollout_id,
-                        sequence_id,
-                        span.attempt_id,
-                        span.trace_id,
-                        span.span_id,
-                        f'{{"sequence_id":{sequence_id},'
-                        + span.model_dump_json(exclude_defaults=True, exclude=_NO_SEQUENCE)[1:],
-                    )
-                )
+                copy.write_row(span_row(span, sequence_id))
 
     def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
         rows = self.db.execute(
@@ -338,9 +321,7 @@ class PostgresTransaction:
             "AND (%s::text IS NULL OR attempt_id = %s::text) ORDER BY sequence_id",
             (rollout_id, attempt_id, attempt_id),
         ).fetchall()
-        if not rows:
-            return []
-        return _spans_json.validate_json("[" + ",".join(row[0] for row in rows) + "]")
+        return spans_of_rows(row[0] for row in rows)
 
     # resources
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None:

@@ -28,14 +28,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import TypeAdapter
-
 from agl._errors import InvalidInputError, StoreError
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
 from agl.store._stateful import StatefulStore
-from agl.store._tx import SpanKey, Transaction
+from agl.store._tx import SpanKey, Transaction, span_ids_by_attempt, span_row, spans_of_rows
 
 __all__ = ["SQLiteStore"]
 
@@ -82,9 +80,6 @@ CREATE TABLE IF NOT EXISTS resources (
 );
 CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
-
-_spans_json = TypeAdapter(list[Span])
-_NO_SEQUENCE = {"sequence_id"}
 
 
 class _SQLiteTransaction:
@@ -224,9 +219,7 @@ class _SQLiteTransaction:
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
         # One indexed query per attempt in the batch (row-value IN lists are not index lookups).
-        wanted: dict[tuple[str, str], set[str]] = {}
-        for rollout_id, attempt_id, _, span_id in keys:
-            wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
+        wanted = span_ids_by_attempt(keys)
         found: dict[SpanKey, int] = {}
         for (rollout_id, attempt_id), span_ids in wanted.items():
             for chunk in _chunks(list(span_ids), 500):
@@ -248,23 +241,10 @@ class _SQLiteTransaction:
         return int(first)
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
-        # The stored JSON leaves out default values and starts with the sequence id, so reads
-        # get whole spans from the data column alone.
         self.db.executemany(
             "INSERT INTO spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, data) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    span.rollout_id,
-                    sequence_id,
-                    span.attempt_id,
-                    span.trace_id,
-                    span.span_id,
-                    f'{{"sequence_id":{sequence_id},'
-                    + span.model_dump_json(exclude_defaults=True, exclude=_NO_SEQUENCE)[1:],
-                )
-                for span, sequence_id in spans
-            ],
+            [span_row(span, sequence_id) for span, sequence_id in spans],
         )
 
     def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
@@ -278,9 +258,7 @@ class _SQLiteTransaction:
                 "ORDER BY sequence_id",
                 (rollout_id, attempt_id),
             ).fetchall()
-        if not rows:
-            return []
-        return _spans_json.validate_json("[" + ",".join(row[0] for row in rows) + "]")
+        return spans_of_rows(row[0] for row in rows)
 
     # resources
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from pydantic import TypeAdapter
+
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
@@ -93,3 +95,40 @@ class Transaction(Protocol):
         """Return ``rollouts.<status>`` counts and ``attempts``, ``spans``, ``resources``,
         ``workers`` totals."""
         ...
+
+
+# --- helpers for backends that keep spans as JSON rows (SQLite, PostgreSQL) ---------------------
+
+_spans_json = TypeAdapter(list[Span])
+_NO_SEQUENCE = {"sequence_id"}
+
+
+def span_row(span: Span, sequence_id: int) -> tuple[str, int, str, str, str, str]:
+    """A span as (rollout_id, sequence_id, attempt_id, trace_id, span_id, data) columns.
+
+    The stored JSON leaves out default values and starts with the sequence id, so reads get
+    whole spans from the data column alone.
+    """
+    data = span.model_dump_json(exclude_defaults=True, exclude=_NO_SEQUENCE)
+    return (
+        span.rollout_id,
+        sequence_id,
+        span.attempt_id,
+        span.trace_id,
+        span.span_id,
+        f'{{"sequence_id":{sequence_id},' + data[1:],
+    )
+
+
+def spans_of_rows(data: Iterable[str]) -> list[Span]:
+    """Spans from their stored JSON, validated in one pass."""
+    rows = list(data)
+    return _spans_json.validate_json("[" + ",".join(rows) + "]") if rows else []
+
+
+def span_ids_by_attempt(keys: Iterable[SpanKey]) -> dict[tuple[str, str], set[str]]:
+    """The span ids of ``keys``, grouped by (rollout_id, attempt_id): one lookup per attempt."""
+    wanted: dict[tuple[str, str], set[str]] = {}
+    for rollout_id, attempt_id, _, span_id in keys:
+        wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
+    return wanted

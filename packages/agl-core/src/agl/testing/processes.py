@@ -35,6 +35,7 @@ import pytest
 __all__ = [
     "Child",
     "Processes",
+    "calling_agent",
     "child_env",
     "runner_summary",
     "wait_until",
@@ -249,6 +250,33 @@ async def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"waited {timeout} s for {what}:\n{logs()}")
         await asyncio.sleep(0.02)
+
+
+def calling_agent(calls: int = 2, pause: float = 0.0, reward: str = "task / 10") -> str:
+    """The source of an agent module for :func:`write_agent`: ``agent`` makes ``calls`` chat
+    calls through the LLM it is given (the gateway, with the token the runner hands it),
+    sleeping ``pause`` seconds after each, and returns the expression ``reward``."""
+    return f"""
+    import asyncio
+
+    import agl
+    import openai
+
+
+    @agl.rollout
+    async def agent(task, llm: agl.LLM):
+        async with openai.AsyncOpenAI(
+            base_url=llm.endpoint, api_key=llm.api_key or "none", max_retries=0
+        ) as client:
+            for turn in range({calls}):
+                await client.chat.completions.create(
+                    model=llm.model,
+                    messages=[{{"role": "user", "content": f"task {{task}} turn {{turn}}"}}],
+                    max_tokens=8,
+                )
+                await asyncio.sleep({pause})
+        return {reward}
+"""
 
 
 def write_agent(directory: Path, module: str, source: str) -> str:
