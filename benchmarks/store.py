@@ -46,6 +46,7 @@ from typing import Any
 
 import agl
 from agl import AttemptStatus, RolloutRequest, RolloutStatus, Span, Store
+from agl.store._http import starting_at
 from agl.testing.ports import free_port
 
 # LARGE_BATCH is what OpenTelemetry's BatchSpanProcessor sends at most per export by default
@@ -74,6 +75,7 @@ GOALS: dict[tuple[str, str], tuple[float | None, str]] = {
     ("http-memory", "capacity"): (2_000, ""),
     ("postgresql", "batched"): (50_000, ""),
     ("postgresql", "dequeue"): (2_000, ""),
+    ("postgresql", "dequeue_concurrent"): (2_000, ""),
 }
 # What ``agl store serve`` runs on for each HTTP backend, and how many servers.
 HTTP_BACKENDS = {
@@ -218,18 +220,34 @@ def _client_process(url: str, spans: list[dict[str, Any]], barrier: Any, out: An
         raise
 
 
-async def run_processes(url: str, owned: list[list[Span]]) -> float:
-    """Run one client process per span list; return first start to last finish, in seconds."""
+def _dequeue_process(url: str, barrier: Any, out: Any) -> None:
+    """One runner process: its own store client, claiming one rollout at a time until none is
+    left. Reports (start, end, claimed rollout ids)."""
+
+    async def main() -> tuple[float, float, list[str]]:
+        claimed: list[str] = []
+        async with agl.open_store(url) as store:
+            await store.statistics()  # connect before the clock starts
+            gc.collect()
+            barrier.wait(timeout=120)
+            start = time.monotonic()
+            worker = f"bench-{os.getpid()}"
+            while claims := await store.dequeue_rollouts(limit=1, worker_id=worker):
+                claimed += [claim.rollout.rollout_id for claim in claims]
+            return start, time.monotonic(), claimed
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+async def spawn(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``target(*a, barrier, out)`` in one process per ``a``; return what each reported."""
     ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(len(owned)), ctx.Queue()
-    dumped = [[span.model_dump(mode="json") for span in spans] for spans in owned]
-    # Several servers (a comma-separated URL): client i talks to server i first.
-    urls = url.split(",")
-    firsts = [",".join(urls[i % len(urls) :] + urls[: i % len(urls)]) for i in range(len(dumped))]
-    procs = [
-        ctx.Process(target=_client_process, args=(first, d, barrier, out))
-        for first, d in zip(firsts, dumped, strict=True)
-    ]
+    barrier, out = ctx.Barrier(len(args)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, out)) for a in args]
     results: list[Any] = []
     try:
         for proc in procs:
@@ -249,7 +267,33 @@ async def run_processes(url: str, owned: list[list[Span]]) -> float:
         raise RuntimeError("client processes did not report within 600 s")
     if errors := [r for r in results if isinstance(r, str)]:
         raise RuntimeError(f"a client process failed: {errors[0]}")
+    return results
+
+
+async def run_processes(url: str, owned: list[list[Span]]) -> float:
+    """Run one client process per span list; return first start to last finish, in seconds."""
+    dumped = [[span.model_dump(mode="json") for span in spans] for spans in owned]
+    args = [(starting_at(url, i), d) for i, d in enumerate(dumped)]
+    results = await spawn(_client_process, args)
     return float(max(end for _, end in results) - min(start for start, _ in results))
+
+
+async def bench_concurrent_dequeue(store: Store, backend: str, work: Workload) -> Figure:
+    """K client processes claiming R fresh rollouts one at a time, as a fleet of runners does."""
+    requests = [RolloutRequest(input={"task": i}) for i in range(work.rollouts)]
+    ids = [r.rollout_id for r in await store.enqueue_rollouts(requests)]
+    results = await spawn(
+        _dequeue_process, [(starting_at(store.url, i),) for i in range(work.clients)]
+    )
+    claimed = [rollout_id for _, _, got in results for rollout_id in got]
+    if sorted(claimed) != sorted(ids):
+        raise VerificationError(
+            f"{backend}: {len(claimed)} claims ({len(set(claimed))} distinct) "
+            f"for {len(ids)} rollouts"
+        )
+    seconds = max(end for _, end, _ in results) - min(start for start, _, _ in results)
+    op = f"dequeue (limit=1), {work.clients} client processes"
+    return Figure(backend, "dequeue_concurrent", op, len(ids), seconds, "dequeues/s")
 
 
 async def run_tasks(store: Store, owned: list[list[Span]]) -> float:
@@ -323,6 +367,8 @@ async def bench_backend(backend: str, url: str, work: Workload) -> list[Figure]:
         figures.append(await bench_finish(store, backend, work))
         figures.append(await bench_query(store, backend, work, ids))
         await check_statistics(store, backend, work)
+        if backend in HTTP_BACKENDS:  # after the statistics check: it adds rollouts
+            figures.append(await bench_concurrent_dequeue(store, backend, work))
     return figures
 
 

@@ -7,6 +7,9 @@ The upstream is the scripted OpenAI-compatible server (vLLM's wire format, real 
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ import agl
 from agl import RolloutConfig, RolloutRequest, RolloutStatus, semconv
 from agl._results import fetch_results
 from agl.lightning import TransitionBuilder, extract_calls
+from agl.store._http import starting_at as spread
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
@@ -149,6 +153,18 @@ def test_a_gateway_beyond_loopback_needs_a_token(processes: Processes) -> None:
 
 SLOW_AGENT = calling_agent(pause=0.2)
 
+SLEEPY_AGENT = """
+    import asyncio
+
+    import agl
+
+
+    @agl.rollout
+    async def agent(task):
+        await asyncio.sleep(0.5)
+        return task / 10
+"""
+
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresServer]:
@@ -167,7 +183,7 @@ async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes
     urls = [f"http://127.0.0.1:{port}" for port in ports]
 
     def starting_at(first: int) -> str:  # every client knows all three, each starts elsewhere
-        return ",".join(urls[first:] + urls[:first])
+        return spread(",".join(urls), first)
 
     gateway_port = free_port()
     await processes.gateway_server(
@@ -218,3 +234,46 @@ async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes
             if attempt.worker_id == "runner-0" and attempt.start_time > killed_at
         ]
         assert claimed_after, processes.logs()
+
+
+async def test_a_trainer_over_three_store_servers_finishes_when_one_is_killed(
+    tmp_path: Path, processes: Processes, postgres: PostgresServer
+) -> None:
+    db = postgres.create_database("trainer_three_servers")
+    ports = [free_port() for _ in range(3)]
+    servers = [
+        await processes.store_server(f"store-{i}", db=db, port=port) for i, port in enumerate(ports)
+    ]
+    url = ",".join(f"http://127.0.0.1:{port}" for port in ports)
+    module = write_agent(tmp_path, "sleepy", SLEEPY_AGENT).split(":")[0]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        agent = importlib.import_module(module).agent
+        # Two runner processes (the pool starts runner i at server i) and the trainer (server 0).
+        trainer = agl.Trainer(
+            run_dir=tmp_path / "run", store=url, n_runners=2, concurrency=2, console=False
+        )
+        running = asyncio.ensure_future(trainer.dev_async(agent, list(range(16))))
+        async with agl.open_store(spread(url, 2)) as watcher:
+
+            async def some_succeeded() -> bool:
+                stats = await watcher.statistics()
+                return stats.rollouts_by_status[RolloutStatus.SUCCEEDED] >= 4
+
+            await processes.until(some_succeeded, "4 rollouts succeeded", 60)
+            servers[0].process.kill()  # the trainer's and runner-0's first server
+            servers[0].process.wait(timeout=30)
+            stats = await watcher.statistics()
+            assert stats.rollouts_by_status[RolloutStatus.SUCCEEDED] < 16  # killed mid-run
+            result = await asyncio.wait_for(running, 120)
+            assert [r.status for r in result.results] == [RolloutStatus.SUCCEEDED] * 16
+            assert sorted(r.reward or 0.0 for r in result.results) == [t / 10 for t in range(16)]
+            page = await watcher.query_rollouts(limit=100)
+            assert page.total == 16  # nothing enqueued twice by a repeated request
+            for rollout in page.rollouts:
+                attempts = await watcher.query_attempts(rollout.rollout_id)
+                assert [a.status for a in attempts].count(agl.AttemptStatus.SUCCEEDED) == 1
+            workers = {w.worker_id for w in await watcher.query_workers() if w.num_claimed}
+            assert len(workers) == 2, workers  # both runner processes claimed rollouts
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -15,7 +15,7 @@ import pytest
 import agl
 from agl import RolloutConfig, RolloutRequest, RolloutStatus
 from agl._spans import new_span_id, new_trace_id
-from agl.store._open import redact
+from agl.store._checks import redact
 from agl.store._postgres import PostgresStore
 from agl.store._postgres_sql import SCHEMA_VERSION
 from agl.testing.ports import free_port

@@ -21,6 +21,7 @@ from agl._agent import LitAgent
 from agl._errors import AglError
 from agl.plugins import PluginManager
 from agl.store._base import Store
+from agl.store._http import starting_at
 
 __all__ = ["RunnerPool"]
 
@@ -85,7 +86,7 @@ class RunnerPool:
                 target=_runner_process,
                 args=(
                     self.agent,
-                    url,
+                    starting_at(url, index),  # several store servers: spread the runners
                     token,
                     self.concurrency,
                     f"runner-{index}-{os.getpid()}",

@@ -37,7 +37,7 @@ def store_serve(
         from agl._server_thread import require_server_extra
 
         require_server_extra("agl store serve")
-        from agl.store._open import redact
+        from agl.store._checks import redact
         from agl.store._serve import check_bind_address, serve
 
         check_bind_address(host, token)

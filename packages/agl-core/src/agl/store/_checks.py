@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from agl._errors import InvalidInputError
 from agl._resources import Resource
@@ -54,3 +55,13 @@ def as_resources(resources: object) -> dict[str, Resource]:
                 field=f"resources.{name}",
             )
     return members
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs (even a malformed one)."""
+    parts = urlsplit(url)
+    credentials, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    user = credentials.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -229,7 +229,7 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[int]:
     for key in fresh:
         per_rollout[key[0]] = per_rollout.get(key[0], 0) + 1
     # In id order: backends that lock a rollout to count its spans then lock in one order.
-    next_id = {rid: tx.spans_reserve(rid, per_rollout[rid]) for rid in sorted(per_rollout)}
+    next_id = tx.spans_reserve({rid: per_rollout[rid] for rid in sorted(per_rollout)})
     new: list[tuple[Span, int]] = []
     for key, span in fresh.items():
         sequence_id = next_id[key[0]]

@@ -48,7 +48,7 @@ from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS, as_list, as_re
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpStore"]
+__all__ = ["HttpStore", "starting_at"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,6 +62,17 @@ _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
 _JSON_CONTENT = {"content-type": "application/json"}
+
+
+def starting_at(url: str, index: int) -> str:
+    """``url`` with its servers rotated so that client ``index`` starts at server ``index``.
+
+    A URL of one server is returned as it is. Giving each of N clients its own start spreads
+    them over the servers instead of sending all of them to the first.
+    """
+    servers = url.split(",")
+    first = index % len(servers)
+    return ",".join(servers[first:] + servers[:first])
 
 
 def _base_url(one: str, url: str) -> str:

@@ -121,9 +121,10 @@ class _MemoryTransaction:
         index = self.span_index
         return {key: index[key] for key in keys if key in index}
 
-    def spans_reserve(self, rollout_id: str, count: int) -> int:
-        first = self.next_sequence[rollout_id]
-        self.next_sequence[rollout_id] = first + count
+    def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
+        first = {rollout_id: self.next_sequence[rollout_id] for rollout_id in counts}
+        for rollout_id, count in counts.items():
+            self.next_sequence[rollout_id] += count
         return first
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:

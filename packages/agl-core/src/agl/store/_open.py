@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from agl._errors import InvalidInputError
 from agl.store._base import Store
 
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "http", "https")
 """The URL schemes of core's own stores."""
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs (even a malformed one)."""
-    parts = urlsplit(url)
-    credentials, at, host = parts.netloc.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    user = credentials.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def scheme_of(url: str) -> str:

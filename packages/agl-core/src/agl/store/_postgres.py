@@ -45,7 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agl._errors import AglError, InvalidInputError, StoreError, StoreUnavailableError
 from agl.store import _postgres_sql as sql
-from agl.store._open import redact
+from agl.store._checks import redact
 from agl.store._stateful import StatefulStore
 from agl.store._tx import Transaction
 

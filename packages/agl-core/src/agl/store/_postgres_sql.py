@@ -32,7 +32,7 @@ import psycopg
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
-from agl.store._tx import SpanKey, span_ids_by_attempt, span_row, spans_of_rows
+from agl.store._tx import SpanKey, span_row, spans_of_rows
 
 __all__ = [
     "CHANNEL",
@@ -279,27 +279,39 @@ class PostgresTransaction:
 
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
-        wanted = span_ids_by_attempt(keys)
-        found: dict[SpanKey, int] = {}
-        for (rollout_id, attempt_id), span_ids in wanted.items():
-            rows = self.db.execute(
-                "SELECT trace_id, span_id, sequence_id FROM agl_spans WHERE rollout_id = %s "
-                "AND attempt_id = %s AND span_id = ANY(%s)",
-                (rollout_id, attempt_id, list(span_ids)),
-            )
-            for trace_id, span_id, sequence_id in rows:
-                found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
-        return found
+        # One statement for the whole batch: the keys travel as arrays, joined on the index.
+        columns: tuple[list[str], ...] = ([], [], [], [])
+        for key in keys:
+            for column, value in zip(columns, key, strict=True):
+                column.append(value)
+        rows = self.db.execute(
+            "SELECT s.rollout_id, s.attempt_id, s.trace_id, s.span_id, s.sequence_id "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+            "AS k(rollout_id, attempt_id, trace_id, span_id) JOIN agl_spans s "
+            "ON s.rollout_id = k.rollout_id AND s.attempt_id = k.attempt_id "
+            "AND s.span_id = k.span_id AND s.trace_id = k.trace_id",
+            columns,
+        )
+        return {(r, a, t, s): int(sequence_id) for r, a, t, s, sequence_id in rows}
 
-    def spans_reserve(self, rollout_id: str, count: int) -> int:
-        row = self.db.execute(
-            "UPDATE agl_rollouts SET next_span_seq = next_span_seq + %s WHERE rollout_id = %s "
-            "RETURNING next_span_seq - %s",
-            (count, rollout_id, count),
-        ).fetchone()
-        if row is None:  # pragma: no cover - the engine checked the rollout exists
-            raise LookupError(f"rollout {rollout_id!r} is gone")
-        return int(row[0])
+    def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
+        # Lock the rollouts in id order first (concurrent batches then never deadlock), then
+        # move every counter of the batch in one statement.
+        ids, numbers = list(counts), list(counts.values())
+        self.db.execute(
+            "SELECT 1 FROM agl_rollouts WHERE rollout_id = ANY(%s) ORDER BY rollout_id FOR UPDATE",
+            (ids,),
+        )
+        rows = self.db.execute(
+            "UPDATE agl_rollouts r SET next_span_seq = r.next_span_seq + w.n "
+            "FROM unnest(%s::text[], %s::bigint[]) AS w(id, n) WHERE r.rollout_id = w.id "
+            "RETURNING r.rollout_id, r.next_span_seq - w.n",
+            (ids, numbers),
+        ).fetchall()
+        first = {rollout_id: int(next_id) for rollout_id, next_id in rows}
+        if len(first) != len(counts):  # pragma: no cover - the engine checked they exist
+            raise LookupError(f"rollouts {sorted(set(counts) - set(first))} are gone")
+        return first
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
         # As in SQLite: the stored JSON leaves out defaults and starts with the sequence id.

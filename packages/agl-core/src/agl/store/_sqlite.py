@@ -232,13 +232,16 @@ class _SQLiteTransaction:
                     found[(rollout_id, attempt_id, trace_id, span_id)] = int(sequence_id)
         return found
 
-    def spans_reserve(self, rollout_id: str, count: int) -> int:
-        (first,) = self.db.execute(
-            "UPDATE rollouts SET next_span_seq = next_span_seq + ? WHERE rollout_id = ? "
-            "RETURNING next_span_seq - ?",
-            (count, rollout_id, count),
-        ).fetchone()
-        return int(first)
+    def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
+        first = {}
+        for rollout_id, count in counts.items():
+            (next_id,) = self.db.execute(
+                "UPDATE rollouts SET next_span_seq = next_span_seq + ? WHERE rollout_id = ? "
+                "RETURNING next_span_seq - ?",
+                (count, rollout_id, count),
+            ).fetchone()
+            first[rollout_id] = int(next_id)
+        return first
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
         self.db.executemany(

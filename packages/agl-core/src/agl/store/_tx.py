@@ -70,8 +70,8 @@ class Transaction(Protocol):
         """Return the sequence ids of those of ``keys`` already stored."""
         ...
 
-    def spans_reserve(self, rollout_id: str, count: int) -> int:
-        """Reserve ``count`` sequence ids for a rollout; return the first."""
+    def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
+        """Reserve ``counts[rollout_id]`` sequence ids for each rollout; return each first id."""
         ...
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:

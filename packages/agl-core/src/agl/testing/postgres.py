@@ -110,7 +110,10 @@ class PostgresServer:
         log = self.log_path.open("ab")
         try:
             self._process = subprocess.Popen(
-                self._wrap(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self._wrap(command),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -207,12 +210,14 @@ class PostgresServer:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
     def _wrap(self, command: list[str]) -> list[str]:
-        """Run as the unprivileged user under root, inside the namespace when there is one."""
+        """Run as the unprivileged user under root, inside the namespace when there is one,
+        and killed by the kernel when the test process dies, however it dies (no server
+        outlives a killed test run)."""
+        user: list[str] = []
         if self._as_root:
-            command = [
-                "setpriv", f"--reuid={_UNPRIVILEGED}", f"--regid={_group_of(_UNPRIVILEGED)}",
-                "--clear-groups", "--", *command,
-            ]  # fmt: skip
+            group = _group_of(_UNPRIVILEGED)
+            user = [f"--reuid={_UNPRIVILEGED}", f"--regid={group}", "--clear-groups"]
+        command = ["setpriv", *user, "--pdeathsig=KILL", "--", *command]
         if self.netns is not None:
             command = ["ip", "netns", "exec", self.netns, *command]
         return command
