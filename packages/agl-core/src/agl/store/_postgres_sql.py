@@ -279,36 +279,33 @@ class PostgresTransaction:
 
     # spans
     def spans_existing(self, keys: Iterable[SpanKey]) -> dict[SpanKey, int]:
-        # One statement for the whole batch: the keys travel as arrays, joined on the index.
-        columns: tuple[list[str], ...] = ([], [], [], [])
-        for key in keys:
-            for column, value in zip(columns, key, strict=True):
-                column.append(value)
+        # One statement for the whole batch, written so that its plan is always the index
+        # (a join against unnest() may be planned as a scan of every span); the exact keys are
+        # matched here.
+        wanted = set(keys)
         rows = self.db.execute(
-            "SELECT s.rollout_id, s.attempt_id, s.trace_id, s.span_id, s.sequence_id "
-            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
-            "AS k(rollout_id, attempt_id, trace_id, span_id) JOIN agl_spans s "
-            "ON s.rollout_id = k.rollout_id AND s.attempt_id = k.attempt_id "
-            "AND s.span_id = k.span_id AND s.trace_id = k.trace_id",
-            columns,
+            "SELECT rollout_id, attempt_id, trace_id, span_id, sequence_id FROM agl_spans "
+            "WHERE rollout_id = ANY(%s) AND span_id = ANY(%s)",
+            (sorted({key[0] for key in wanted}), sorted({key[3] for key in wanted})),
         )
-        return {(r, a, t, s): int(sequence_id) for r, a, t, s, sequence_id in rows}
+        found = {(r, a, t, s): int(sequence_id) for r, a, t, s, sequence_id in rows}
+        return {key: sequence_id for key, sequence_id in found.items() if key in wanted}
 
     def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
         # Lock the rollouts in id order first (concurrent batches then never deadlock), then
-        # move every counter of the batch in one statement.
+        # move every counter of the batch in one statement, through the primary key.
         ids, numbers = list(counts), list(counts.values())
         self.db.execute(
             "SELECT 1 FROM agl_rollouts WHERE rollout_id = ANY(%s) ORDER BY rollout_id FOR UPDATE",
             (ids,),
         )
         rows = self.db.execute(
-            "UPDATE agl_rollouts r SET next_span_seq = r.next_span_seq + w.n "
-            "FROM unnest(%s::text[], %s::bigint[]) AS w(id, n) WHERE r.rollout_id = w.id "
-            "RETURNING r.rollout_id, r.next_span_seq - w.n",
-            (ids, numbers),
+            "UPDATE agl_rollouts SET next_span_seq = next_span_seq + "
+            "(%(numbers)s::bigint[])[array_position(%(ids)s::text[], rollout_id)] "
+            "WHERE rollout_id = ANY(%(ids)s::text[]) RETURNING rollout_id, next_span_seq",
+            {"ids": ids, "numbers": numbers},
         ).fetchall()
-        first = {rollout_id: int(next_id) for rollout_id, next_id in rows}
+        first = {rollout_id: int(after) - counts[rollout_id] for rollout_id, after in rows}
         if len(first) != len(counts):  # pragma: no cover - the engine checked they exist
             raise LookupError(f"rollouts {sorted(set(counts) - set(first))} are gone")
         return first
