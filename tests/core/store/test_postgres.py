@@ -4,10 +4,13 @@ its schema versions, and what it says when the database is wrong or gone."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -36,7 +39,7 @@ def url(server: PostgresServer) -> str:
     return server.create_database(f"t_{uuid.uuid4().hex}")
 
 
-def _span(rollout_id: str, attempt_id: str, index: int) -> agl.Span:
+def _span(rollout_id: str, attempt_id: str, index: int, **fields: Any) -> agl.Span:
     return agl.Span(
         rollout_id=rollout_id,
         attempt_id=attempt_id,
@@ -45,6 +48,7 @@ def _span(rollout_id: str, attempt_id: str, index: int) -> agl.Span:
         name=f"step-{index}",
         start_time_unix_nano=1_000_000_000,
         end_time_unix_nano=2_000_000_000,
+        **fields,
     )
 
 
@@ -312,3 +316,30 @@ async def test_a_client_of_three_servers_fails_over_without_duplicating_a_write(
             for rollout_id in acknowledged:
                 spans = await other.query_spans(rollout_id)
                 assert [span.sequence_id for span in spans] == [1, 2]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a full disk is a tmpfs mount here: needs root")
+async def test_a_full_disk_is_named_and_what_was_stored_stays() -> None:
+    with PostgresServer(small_disk_mb=24) as server:
+        server.sql(f"CREATE TABLESPACE small LOCATION '{server.small_disk}'")
+        server.sql('CREATE DATABASE "full" TABLESPACE small')
+        async with agl.open_store(server.url_of("full")) as store:
+            await store.enqueue_rollouts([RolloutRequest(input=0, rollout_id="r")])
+            (claim,) = await store.dequeue_rollouts()
+            acknowledged, error = 0, None
+            for index in range(1_000):  # 1,000 x ~70 KB: far more than 24 MB
+                blob = base64.b64encode(os.urandom(50_000)).decode()
+                span = _span("r", claim.attempt.attempt_id, index, attributes={"blob": blob})
+                try:
+                    await store.add_spans([span])
+                except agl.StoreError as exc:
+                    error = exc
+                    break
+                acknowledged += 1
+            assert error is not None, "the disk never filled up"
+            assert "disk full" in str(error), error
+            assert "No space left on device" in str(error)
+            assert acknowledged > 10
+            spans = await store.query_spans("r")
+            assert [span.sequence_id for span in spans] == list(range(1, acknowledged + 1))
+            assert (await store.get_rollout("r")).status == RolloutStatus.PREPARING

@@ -64,6 +64,7 @@ class PostgresServer:
         password: str | None = None,
         netns: str | None = None,
         max_connections: int = 200,
+        small_disk_mb: int | None = None,
     ) -> None:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
@@ -77,12 +78,16 @@ class PostgresServer:
         self.password = password or secrets.token_hex(8)
         self.netns = netns
         self._max_connections = max_connections
+        self._small_disk_mb = small_disk_mb
         self._root = Path(tempfile.mkdtemp(prefix="agl-postgres-"))
         self._as_root = os.geteuid() == 0
         self._bin = self._readable_bin(bin_dir)
         self.data_dir = self._root / "data"
         self._socket_dir = self._root / "socket"
         self.log_path = self._root / "server.log"
+        self.small_disk = self._root / "small-disk"
+        """With ``small_disk_mb``: a folder on a disk of that size that only the server sees
+        (for ``CREATE TABLESPACE … LOCATION``), to fill up in tests of a full disk."""
         self._process: subprocess.Popen[bytes] | None = None
         self._init()
 
@@ -110,7 +115,7 @@ class PostgresServer:
         log = self.log_path.open("ab")
         try:
             self._process = subprocess.Popen(
-                self._wrap(command),
+                self._wrap(command, small_disk=True),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -209,15 +214,28 @@ class PostgresServer:
         command = self._wrap([str(self._bin / name), *args])
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
-    def _wrap(self, command: list[str]) -> list[str]:
+    def _wrap(self, command: list[str], small_disk: bool = False) -> list[str]:
         """Run as the unprivileged user under root, inside the namespace when there is one,
         and killed by the kernel when the test process dies, however it dies (no server
-        outlives a killed test run)."""
+        outlives a killed test run). ``small_disk``: with the small disk mounted, in a mount
+        namespace of the server's own."""
         user: list[str] = []
         if self._as_root:
             group = _group_of(_UNPRIVILEGED)
             user = [f"--reuid={_UNPRIVILEGED}", f"--regid={group}", "--clear-groups"]
         command = ["setpriv", *user, "--pdeathsig=KILL", "--", *command]
+        if small_disk and self._small_disk_mb is not None:
+            if not self._as_root:
+                raise RuntimeError("small_disk_mb needs root: it mounts a tmpfs")
+            self.small_disk.mkdir(exist_ok=True)
+            mount = (
+                'mount -t tmpfs -o "size=$1m,mode=0700,uid=$2" tmpfs "$3" && shift 3 && exec "$@"'
+            )
+            command = [
+                "unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh",
+                str(self._small_disk_mb), str(_uid_of(_UNPRIVILEGED)), str(self.small_disk),
+                *command,
+            ]  # fmt: skip
         if self.netns is not None:
             command = ["ip", "netns", "exec", self.netns, *command]
         return command
@@ -249,6 +267,12 @@ def _copy_tree(source: Path, target: Path) -> None:
     except OSError:  # another file system: hard links cannot cross it
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target, symlinks=True)
+
+
+def _uid_of(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
 
 
 def _group_of(user: str) -> int:
