@@ -30,13 +30,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         ),
         ("runner.py", ["--rollouts", "32", "--concurrency", "16"], "'succeeded': 48"),
         ("lightning.py", ["--rollouts", "100", "--repeat", "1"], "to_arrays (384 samples"),
+        ("postgres_cpu.py", ["--rollouts", "40", "--dequeuers", "1,2"], "2 dequeuers"),
         (
             "torch_loop.py",
             ["--batch", "4", "--new-tokens", "4", "--repeat", "1", "--steps", "0"],
             "rl_step, 4 x 44 tokens",
         ),
     ],
-    ids=["store", "capture", "runner-http", "runner-openai", "lightning", "torch_loop"],
+    ids=[
+        "store",
+        "capture",
+        "runner-http",
+        "runner-openai",
+        "lightning",
+        "postgres_cpu",
+        "torch_loop",
+    ],
 )
 def test_the_benchmark_runs_on_a_small_workload(
     script: str, arguments: list[str], expected: str

@@ -101,6 +101,11 @@ class PostgresServer:
         secret = self.password if password is None else password
         return f"postgresql://{self.user}:{secret}@{self.host}:{self.port}/{database}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (its backends are its children)."""
+        return self._process.pid if self._process is not None else None
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> None:
