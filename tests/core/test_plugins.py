@@ -175,7 +175,7 @@ def test_the_built_in_plugin_comes_first_and_provides_core_names() -> None:
     assert builtin.builtin
     assert builtin.algorithms == ("baseline",)
     assert builtin.instrumentors == ("openai",)
-    assert set(builtin.stores) == {"memory", "sqlite", "http", "https"}
+    assert set(builtin.stores) == {"memory", "sqlite", "postgresql", "postgres", "http", "https"}
     assert set(builtin.credit_assigners) == {"final", "step", "discounted"}
     assert set(builtin.resource_types) == {"llm", "prompt_template"}
     assert PluginManager().lookup("agl_algorithms", "baseline") is agl.Baseline
@@ -530,10 +530,9 @@ def test_plugin_schemes_open_through_a_plugin_manager(install: Install) -> None:
     assert store.opened_with == ("scratch://somewhere", {"size": 3})  # type: ignore[attr-defined]
     assert isinstance(agl.plugins.open_store("scratch://x"), MemoryStore)  # what the CLI uses
     with pytest.raises(agl.InvalidInputError) as caught:
-        PluginManager().open_store("postgres://db")
-    assert "expected one of ['http', 'https', 'memory', 'scratch', 'sqlite']" in (
-        caught.value.message
-    )
+        PluginManager().open_store("mongodb://db")
+    known = "['http', 'https', 'memory', 'postgres', 'postgresql', 'scratch', 'sqlite']"
+    assert f"expected one of {known}" in (caught.value.message)
     with pytest.raises(agl.InvalidInputError, match=r"PluginManager\(\).open_store") as caught:
         agl.open_store("scratch://x")  # the store layer knows its own schemes only
     assert caught.value.field == "url"

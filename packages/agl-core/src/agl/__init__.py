@@ -79,10 +79,6 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
-"""agl-core's version, as its installed distribution says."""
-
-
 _LAZY = {
     "Algorithm": "agl._algorithm",
     "AlgorithmContext": "agl._algorithm",
@@ -112,7 +108,10 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     # These pull in the OpenTelemetry SDK, rich's progress bars and the like: load them on
-    # first use, keeping `import agl` light.
+    # first use, keeping `import agl` light. __version__ (agl-core's version, as its installed
+    # distribution says) too: importlib.metadata costs ~35 ms at import.
+    if name == "__version__":
+        return _version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'agl' has no attribute {name!r}")
