@@ -192,7 +192,7 @@ async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes
     endpoint = f"http://127.0.0.1:{gateway_port}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
     agent = write_agent(tmp_path, "slow_calls", SLOW_AGENT)
     config = RolloutConfig(unresponsive_seconds=10, max_attempts=3)
-    tasks = list(range(16))
+    tasks = list(range(10))
     async with agl.open_store(starting_at(2)) as store:
         await store.add_resources({"llm": agl.LLM(endpoint=endpoint, model="policy")})
         rollouts = await store.enqueue_rollouts(

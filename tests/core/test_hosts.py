@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WHY_NOT = unavailable()
 STORE_TOKEN, GATEWAY_TOKEN = "store-secret", "gateway-secret"
-TASKS = 12
+TASKS = 8
 
-AGENT = calling_agent(pause=0.5, reward="task / 100")
+AGENT = calling_agent(pause=0.4, reward="task / 100")
 
 # The algorithm's side, on the trainer host: publish the LLM, enqueue, and read each rollout the
 # moment the store says it finished. It writes progress.json as it goes and result.json at the end.
