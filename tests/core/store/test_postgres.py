@@ -16,11 +16,11 @@ import psycopg
 import pytest
 
 import agl
-from agl import RolloutConfig, RolloutRequest, RolloutStatus
+from agl import Rollout, RolloutConfig, RolloutRequest, RolloutStatus, Worker
 from agl._spans import new_span_id, new_trace_id
 from agl.store._checks import redact
 from agl.store._postgres import PostgresStore
-from agl.store._postgres_sql import SCHEMA_VERSION
+from agl.store._postgres_sql import SCHEMA_VERSION, migrate
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
 from agl.testing.processes import Processes
@@ -170,15 +170,26 @@ async def test_a_waiting_dequeue_wakes_on_another_stores_enqueue(url: str) -> No
 
 
 async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
-    async with agl.open_store(url) as store:
-        await store.enqueue_rollouts([RolloutRequest(input=1, rollout_id="kept")])
-    with psycopg.connect(url, autocommit=True) as db:  # what version 1 of the schema was
-        db.execute("DROP INDEX agl_rollouts_status")
-        db.execute("UPDATE agl_meta SET value = '1' WHERE key = 'schema_version'")
+    with psycopg.connect(url) as db:  # a database an agl of schema version 1 wrote
+        assert migrate(db, target=1) == (0, 1)
+        db.execute(
+            "INSERT INTO agl_rollouts (rollout_id, status, queue_pos, data) VALUES "
+            "('kept', 'queuing', nextval('agl_queue_pos'), %s)",
+            (Rollout(rollout_id="kept", input=1, enqueue_time=1.0).model_dump_json(),),
+        )
+        worker = Worker(worker_id="w", first_seen_time=1.0, last_seen_time=2.0, num_claimed=3)
+        db.execute("INSERT INTO agl_workers VALUES ('w', %s)", (worker.model_dump_json(),))
+        db.commit()
     store = PostgresStore(url)
     try:
         assert store.migrated_from == 1
         assert (await store.get_rollout("kept")).input == 1
+        assert await store.query_workers() == [worker]
+        claims = await store.dequeue_rollouts(worker_id="w")
+        assert [claim.rollout.rollout_id for claim in claims] == ["kept"]
+        (seen,) = await store.query_workers()
+        assert (seen.first_seen_time, seen.num_claimed) == (1.0, 4)
+        assert seen.last_seen_time > 2.0
     finally:
         await store.close()
     with psycopg.connect(url) as db:

@@ -20,7 +20,6 @@ from agl._rollouts import (
     RolloutPage,
     RolloutRequest,
     RolloutStatus,
-    Worker,
     new_id,
 )
 from agl._spans import Span
@@ -89,13 +88,7 @@ def dequeue(tx: Transaction, limit: int, worker_id: str | None, now: float) -> l
         tx.rollout_update(rollout)
         claims.append(Claim(rollout=rollout, attempt=attempt))
     if worker_id is not None:
-        worker = tx.worker_get(worker_id) or Worker(
-            worker_id=worker_id, first_seen_time=now, last_seen_time=now
-        )
-        worker.last_seen_time = now
-        worker.last_dequeue_time = now
-        worker.num_claimed += len(claims)
-        tx.worker_upsert(worker)
+        tx.worker_seen(worker_id, now, claimed=len(claims))
     return claims
 
 
@@ -138,11 +131,11 @@ def update_attempt(
     if status is None or status == attempt.status:
         tx.attempt_upsert(attempt, _deadline(rollout, attempt))
         if attempt.worker_id is not None:
-            _touch_worker(tx, attempt.worker_id, now)
+            tx.worker_seen(attempt.worker_id, now, claimed=None)
         return attempt
     _move_attempt(tx, rollout, attempt, status=status, reason=reason, now=now)
     if attempt.worker_id is not None:
-        _touch_worker(tx, attempt.worker_id, now)
+        tx.worker_seen(attempt.worker_id, now, claimed=None)
     return attempt
 
 
@@ -433,11 +426,3 @@ def _deadline(rollout: Rollout, attempt: Attempt) -> float | None:
         last = attempt.last_heartbeat_time or attempt.start_time
         candidates.append(last + config.unresponsive_seconds)
     return min(candidates) if candidates else None
-
-
-def _touch_worker(tx: Transaction, worker_id: str, now: float) -> None:
-    worker = tx.worker_get(worker_id) or Worker(
-        worker_id=worker_id, first_seen_time=now, last_seen_time=now
-    )
-    worker.last_seen_time = now
-    tx.worker_upsert(worker)

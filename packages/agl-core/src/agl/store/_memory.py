@@ -13,7 +13,7 @@ from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
 from agl.store._stateful import StatefulStore
-from agl.store._tx import SpanKey, Transaction
+from agl.store._tx import SpanKey, Transaction, worker_seen
 
 __all__ = ["MemoryStore"]
 
@@ -156,12 +156,8 @@ class _MemoryTransaction:
         self.latest_resources = stored
 
     # workers
-    def worker_get(self, worker_id: str) -> Worker | None:
-        worker = self.workers.get(worker_id)
-        return None if worker is None else worker.model_copy()
-
-    def worker_upsert(self, worker: Worker) -> None:
-        self.workers[worker.worker_id] = worker.model_copy()
+    def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
+        self.workers[worker_id] = worker_seen(self.workers.get(worker_id), worker_id, now, claimed)
 
     def workers_all(self) -> list[Worker]:
         return [worker.model_copy() for worker in self.workers.values()]

@@ -139,10 +139,7 @@ class PostgresStore(StatefulStore):
         for attempt in range(self._retries + 1):
             try:
                 with self._pool.connection() as db, db.transaction():
-                    tx = sql.PostgresTransaction(db)
-                    result = operation(tx)
-                    if tx.changed:
-                        tx.notify()
+                    result = operation(sql.PostgresTransaction(db))
                 return result
             except _RACES:
                 if attempt == self._retries:

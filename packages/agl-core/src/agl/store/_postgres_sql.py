@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 CHANNEL = "agl_store"
-"""The LISTEN/NOTIFY channel a transaction that changed a rollout notifies on commit."""
+"""The LISTEN/NOTIFY channel a transaction that changed a rollout notifies on commit (a
+statement trigger on the rollouts table sends it; PostgreSQL delivers one per transaction)."""
 
 _SWEEP_LOCK = 0x61676C5F7377  # "agl_sw": one server at a time ends overdue attempts
 _MIGRATION_LOCK = 0x61676C5F6D67  # "agl_mg": one server at a time creates or migrates
@@ -95,6 +96,23 @@ MIGRATIONS: list[list[str]] = [
     [  # 2: listing rollouts by status reads an index, not the table
         "CREATE INDEX IF NOT EXISTS agl_rollouts_status ON agl_rollouts (status, seq)",
     ],
+    [  # 3: a worker is seen in one statement (columns, not JSON); rollouts notify by trigger
+        "ALTER TABLE agl_workers ADD COLUMN first_seen_time DOUBLE PRECISION, "
+        "ADD COLUMN last_seen_time DOUBLE PRECISION, "
+        "ADD COLUMN last_dequeue_time DOUBLE PRECISION, "
+        "ADD COLUMN num_claimed BIGINT NOT NULL DEFAULT 0",
+        "UPDATE agl_workers SET "
+        "first_seen_time = (data::jsonb ->> 'first_seen_time')::float8, "
+        "last_seen_time = (data::jsonb ->> 'last_seen_time')::float8, "
+        "last_dequeue_time = (data::jsonb ->> 'last_dequeue_time')::float8, "
+        "num_claimed = COALESCE((data::jsonb ->> 'num_claimed')::bigint, 0)",
+        "ALTER TABLE agl_workers DROP COLUMN data, "
+        "ALTER COLUMN first_seen_time SET NOT NULL, ALTER COLUMN last_seen_time SET NOT NULL",
+        "CREATE OR REPLACE FUNCTION agl_rollouts_changed() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN PERFORM pg_notify('{CHANNEL}', ''); RETURN NULL; END $$",
+        "CREATE TRIGGER agl_rollouts_changed AFTER INSERT OR UPDATE OF data ON agl_rollouts "
+        "FOR EACH STATEMENT EXECUTE FUNCTION agl_rollouts_changed()",
+    ],
 ]
 """Each entry takes a database from the version before it (0: empty) to its own number."""
 
@@ -133,14 +151,27 @@ def migrate(db: psycopg.Connection[Any], target: int = SCHEMA_VERSION) -> tuple[
     return found, target
 
 
+_ATTEMPT_CONFLICT = (
+    "ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET "
+    "deadline = excluded.deadline, data = excluded.data"
+)
+
+
+def _attempt_row(attempt: Attempt, deadline: float | None) -> tuple[Any, ...]:
+    return (
+        attempt.rollout_id,
+        attempt.attempt_id,
+        attempt.sequence,
+        deadline,
+        attempt.model_dump_json(),
+    )
+
+
 class PostgresTransaction:
     """The store's reads and writes as SQL over one connection inside one transaction."""
 
     def __init__(self, db: psycopg.Connection[Any]) -> None:
         self.db = db
-        self.changed = False
-        """Whether a rollout was written: the store then notifies :data:`CHANNEL`."""
-        self._absent_workers: set[str] = set()
 
     # rollouts
     def rollout_get(self, rollout_id: str) -> Rollout | None:
@@ -159,7 +190,6 @@ class PostgresTransaction:
         return {rollout.rollout_id: rollout for rollout in found}
 
     def rollout_insert(self, rollout: Rollout) -> None:
-        self.changed = True
         self.db.execute(
             "INSERT INTO agl_rollouts (rollout_id, status, mode, queue_pos, data) VALUES "
             "(%s, %s, %s, CASE WHEN %s THEN nextval('agl_queue_pos') END, %s)",
@@ -174,7 +204,6 @@ class PostgresTransaction:
 
     def rollout_update(self, rollout: Rollout) -> None:
         # A rollout that becomes claimable again joins the back of the queue.
-        self.changed = True
         self.db.execute(
             "UPDATE agl_rollouts SET status = %s, data = %s, queue_pos = CASE "
             "WHEN NOT %s THEN NULL "
@@ -244,19 +273,26 @@ class PostgresTransaction:
         }
 
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
-        self.attempts_upsert_many([(attempt, deadline)])
+        self.db.execute(
+            "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
+            "VALUES (%s, %s, %s, %s, %s) " + _ATTEMPT_CONFLICT,
+            _attempt_row(attempt, deadline),
+        )
 
     def attempts_upsert_many(self, items: Sequence[tuple[Attempt, float | None]]) -> None:
-        with self.db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET "
-                "deadline = excluded.deadline, data = excluded.data",
-                [
-                    (a.rollout_id, a.attempt_id, a.sequence, deadline, a.model_dump_json())
-                    for a, deadline in items
-                ],
-            )
+        # One statement for the batch (a span batch refreshes the heartbeats of every attempt
+        # it names), the rows passed as one array per column.
+        if len(items) == 1:
+            self.attempt_upsert(*items[0])
+            return
+        rows = [_attempt_row(*item) for item in items]
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        self.db.execute(
+            "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
+            "SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::float8[], %s::text[]) "
+            + _ATTEMPT_CONFLICT,
+            columns,
+        )
 
     def attempts_of(self, rollout_id: str) -> list[Attempt]:
         rows = self.db.execute(
@@ -292,17 +328,17 @@ class PostgresTransaction:
         return {key: sequence_id for key, sequence_id in found.items() if key in wanted}
 
     def spans_reserve(self, counts: dict[str, int]) -> dict[str, int]:
-        # Lock the rollouts in id order first (concurrent batches then never deadlock), then
-        # move every counter of the batch in one statement, through the primary key.
+        # One statement: lock the rollouts in id order (concurrent batches then never
+        # deadlock; a locking CTE is run on its own, not folded into the UPDATE), then move
+        # every counter of the batch through the primary key.
         ids, numbers = list(counts), list(counts.values())
-        self.db.execute(
-            "SELECT 1 FROM agl_rollouts WHERE rollout_id = ANY(%s) ORDER BY rollout_id FOR UPDATE",
-            (ids,),
-        )
         rows = self.db.execute(
-            "UPDATE agl_rollouts SET next_span_seq = next_span_seq + "
-            "(%(numbers)s::bigint[])[array_position(%(ids)s::text[], rollout_id)] "
-            "WHERE rollout_id = ANY(%(ids)s::text[]) RETURNING rollout_id, next_span_seq",
+            "WITH locked AS MATERIALIZED (SELECT rollout_id FROM agl_rollouts "
+            "WHERE rollout_id = ANY(%(ids)s::text[]) ORDER BY rollout_id FOR UPDATE) "
+            "UPDATE agl_rollouts AS r SET next_span_seq = r.next_span_seq + "
+            "(%(numbers)s::bigint[])[array_position(%(ids)s::text[], r.rollout_id)] "
+            "FROM locked WHERE r.rollout_id = locked.rollout_id "
+            "RETURNING r.rollout_id, r.next_span_seq",
             {"ids": ids, "numbers": numbers},
         ).fetchall()
         first = {rollout_id: int(after) - counts[rollout_id] for rollout_id, after in rows}
@@ -312,8 +348,16 @@ class PostgresTransaction:
 
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
         # As in SQLite: the stored JSON leaves out defaults and starts with the sequence id.
-        # COPY streams the rows in one statement (several times faster than INSERTs); a span
-        # another server stored meanwhile trips the unique index and the operation is retried.
+        # A span another server stored meanwhile trips the unique index and the operation is
+        # retried. Batches go by COPY, which streams the rows in one statement (several times
+        # faster than INSERTs); a lone span by INSERT, which costs one round trip, not three.
+        if len(spans) == 1:
+            self.db.execute(
+                "INSERT INTO agl_spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, "
+                "data) VALUES (%s, %s, %s, %s, %s, %s)",
+                span_row(*spans[0]),
+            )
+            return
         with (
             self.db.cursor() as cursor,
             cursor.copy(
@@ -352,33 +396,30 @@ class PostgresTransaction:
         )
 
     # workers
-    def worker_get(self, worker_id: str) -> Worker | None:
-        row = self.db.execute(
-            "SELECT data FROM agl_workers WHERE worker_id = %s FOR UPDATE", (worker_id,)
-        ).fetchone()
-        if row is None:
-            self._absent_workers.add(worker_id)
-            return None
-        return Worker.model_validate_json(row[0])
-
-    def worker_upsert(self, worker: Worker) -> None:
-        if worker.worker_id in self._absent_workers:
-            # Seen absent: insert, and let a concurrent first insert fail this one (retried).
-            self.db.execute(
-                "INSERT INTO agl_workers (worker_id, data) VALUES (%s, %s)",
-                (worker.worker_id, worker.model_dump_json()),
-            )
-            self._absent_workers.discard(worker.worker_id)
-            return
+    def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
+        # One statement, whichever server saw the worker first: no read, no race to insert.
         self.db.execute(
-            "INSERT INTO agl_workers (worker_id, data) VALUES (%s, %s) "
-            "ON CONFLICT (worker_id) DO UPDATE SET data = excluded.data",
-            (worker.worker_id, worker.model_dump_json()),
+            "INSERT INTO agl_workers AS w (worker_id, first_seen_time, last_seen_time, "
+            "last_dequeue_time, num_claimed) VALUES (%(id)s, %(now)s, %(now)s, "
+            "CASE WHEN %(dequeued)s THEN %(now)s END, %(claimed)s) "
+            "ON CONFLICT (worker_id) DO UPDATE SET "
+            "last_seen_time = GREATEST(w.last_seen_time, excluded.last_seen_time), "
+            "last_dequeue_time = CASE WHEN %(dequeued)s "
+            "THEN GREATEST(w.last_dequeue_time, excluded.last_dequeue_time) "
+            "ELSE w.last_dequeue_time END, "
+            "num_claimed = w.num_claimed + excluded.num_claimed",
+            {"id": worker_id, "now": now, "dequeued": claimed is not None, "claimed": claimed or 0},
         )
 
     def workers_all(self) -> list[Worker]:
-        rows = self.db.execute("SELECT data FROM agl_workers ORDER BY worker_id").fetchall()
-        return [Worker.model_validate_json(row[0]) for row in rows]
+        rows = self.db.execute(
+            "SELECT worker_id, first_seen_time, last_seen_time, last_dequeue_time, num_claimed "
+            "FROM agl_workers ORDER BY worker_id"
+        ).fetchall()
+        fields = ("worker_id", "first_seen_time", "last_seen_time", "last_dequeue_time")
+        return [
+            Worker(**dict(zip(fields, row[:4], strict=True)), num_claimed=row[4]) for row in rows
+        ]
 
     def counts(self) -> dict[str, int]:
         counts = {
@@ -395,7 +436,3 @@ class PostgresTransaction:
         tables = ("attempts", "spans", "resources", "workers")
         counts.update(zip(tables, map(int, row), strict=True))
         return counts
-
-    def notify(self) -> None:
-        """Tell every server listening that rollouts changed (delivered on commit)."""
-        self.db.execute("SELECT pg_notify(%s, '')", (CHANNEL,))

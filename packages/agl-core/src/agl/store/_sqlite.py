@@ -33,7 +33,14 @@ from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
 from agl.store._stateful import StatefulStore
-from agl.store._tx import SpanKey, Transaction, span_ids_by_attempt, span_row, spans_of_rows
+from agl.store._tx import (
+    SpanKey,
+    Transaction,
+    span_ids_by_attempt,
+    span_row,
+    spans_of_rows,
+    worker_seen,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -281,13 +288,12 @@ class _SQLiteTransaction:
         )
 
     # workers
-    def worker_get(self, worker_id: str) -> Worker | None:
+    def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
         row = self.db.execute(
             "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
         ).fetchone()
-        return None if row is None else Worker.model_validate_json(row[0])
-
-    def worker_upsert(self, worker: Worker) -> None:
+        known = None if row is None else Worker.model_validate_json(row[0])
+        worker = worker_seen(known, worker_id, now, claimed)
         self.db.execute(
             "INSERT INTO workers (worker_id, data) VALUES (?, ?) "
             "ON CONFLICT (worker_id) DO UPDATE SET data = excluded.data",

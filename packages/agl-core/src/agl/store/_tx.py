@@ -86,8 +86,11 @@ class Transaction(Protocol):
     def resources_insert(self, update: ResourcesUpdate) -> None: ...
 
     # workers
-    def worker_get(self, worker_id: str) -> Worker | None: ...
-    def worker_upsert(self, worker: Worker) -> None: ...
+    def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
+        """Record that a worker was heard from at ``now``; ``claimed`` (the rollouts a
+        dequeue gave it) is not None when it dequeued. The first time creates the worker."""
+        ...
+
     def workers_all(self) -> list[Worker]: ...
 
     # statistics
@@ -132,3 +135,15 @@ def span_ids_by_attempt(keys: Iterable[SpanKey]) -> dict[tuple[str, str], set[st
     for rollout_id, attempt_id, _, span_id in keys:
         wanted.setdefault((rollout_id, attempt_id), set()).add(span_id)
     return wanted
+
+
+def worker_seen(worker: Worker | None, worker_id: str, now: float, claimed: int | None) -> Worker:
+    """``worker`` (None: not seen before) after being heard from: see
+    :meth:`Transaction.worker_seen`. For backends that keep a worker as one value."""
+    if worker is None:
+        worker = Worker(worker_id=worker_id, first_seen_time=now, last_seen_time=now)
+    worker.last_seen_time = max(worker.last_seen_time, now)
+    if claimed is not None:
+        worker.last_dequeue_time = max(worker.last_dequeue_time or now, now)
+        worker.num_claimed += claimed
+    return worker
