@@ -1,6 +1,7 @@
-"""Where a PostgreSQL store's dequeue spends its time: wall time and CPU per dequeue, split
-between agl (this Python process) and PostgreSQL (its server processes), with 1 and K
-concurrent dequeuers on an in-process ``postgresql://`` store over a real server.
+"""Where a PostgreSQL store spends its time: wall time and CPU per dequeue, split between agl
+(this Python process) and PostgreSQL (its server processes), with 1 and K concurrent dequeuers
+on an in-process ``postgresql://`` store over a real server; and the same per span for spans
+added in batches of 512 (what OpenTelemetry's batch exporter sends at most).
 
 On a machine of few cores the sum of the two CPU figures bounds throughput: N cores cannot do
 more than N / (CPU per dequeue) dequeues a second, whatever the number of store servers.
@@ -17,8 +18,10 @@ import time
 from pathlib import Path
 
 import agl
-from agl import RolloutRequest
+from agl import RolloutRequest, Span
 from agl.testing.postgres import PostgresServer
+
+BATCH = 512
 
 
 def _stat(pid: int | str) -> list[str] | None:
@@ -76,6 +79,37 @@ async def measure(url: str, dequeuers: int, rollouts: int, server_pid: int) -> s
     )
 
 
+async def measure_spans(url: str, rollouts: int, per_rollout: int, server_pid: int) -> str:
+    async with agl.open_store(url) as store:
+        await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(rollouts)])
+        claims = await store.dequeue_rollouts(limit=rollouts, worker_id="bench")
+        attributes = {"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 9}
+        spans = [
+            Span.create(
+                name="bench",
+                attributes=attributes,
+                rollout_id=claim.rollout.rollout_id,
+                attempt_id=claim.attempt.attempt_id,
+            )
+            for claim in claims
+            for _ in range(per_rollout)
+        ]
+        batches = [spans[i : i + BATCH] for i in range(0, len(spans), BATCH)]
+        cpu, pg, start = own_cpu(), server_cpu(server_pid), time.perf_counter()
+        for batch in batches:
+            await store.add_spans(batch)
+        wall = time.perf_counter() - start
+        cpu, pg = own_cpu() - cpu, server_cpu(server_pid) - pg
+        stored = (await store.statistics()).spans
+    if stored != len(spans):
+        raise RuntimeError(f"{stored} spans stored of {len(spans)} added")
+    per = 1e6 / len(spans)
+    return (
+        f"add_spans, {BATCH}/call | {len(spans) / wall:>7,.0f} spans/s | wall {wall * per:.1f} us"
+        f" | agl CPU {cpu * per:.1f} us | PostgreSQL CPU {pg * per:.1f} us"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=1_000)
@@ -87,6 +121,8 @@ def main() -> None:
         for index, count in enumerate(int(n) for n in args.dequeuers.split(",")):
             url = server.create_database(f"cpu_{index}")
             print(asyncio.run(measure(url, count, args.rollouts, server.pid)))
+        url = server.create_database("cpu_spans")
+        print(asyncio.run(measure_spans(url, args.rollouts, 10, server.pid)))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 :class:`~agl.store._tx.Transaction` the store engine runs its rules over.
 
 Statements are parameterized (psycopg binds every value; nothing is formatted into SQL).
+Arrays are bound in binary (``%b``): psycopg's text format quotes each element with a regex,
+which costs more than the statement for a batch of 512 span ids.
 
 Concurrency, with several store servers over one database, at READ COMMITTED:
 
@@ -182,7 +184,7 @@ class PostgresTransaction:
 
     def rollouts_get_many(self, rollout_ids: Iterable[str]) -> dict[str, Rollout]:
         rows = self.db.execute(
-            "SELECT data FROM agl_rollouts WHERE rollout_id = ANY(%s) ORDER BY rollout_id "
+            "SELECT data FROM agl_rollouts WHERE rollout_id = ANY(%b) ORDER BY rollout_id "
             "FOR UPDATE",
             (sorted(set(rollout_ids)),),
         )
@@ -263,7 +265,7 @@ class PostgresTransaction:
     def attempts_get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Attempt]:
         wanted = set(keys)
         rows = self.db.execute(
-            "SELECT rollout_id, attempt_id, data FROM agl_attempts WHERE rollout_id = ANY(%s)",
+            "SELECT rollout_id, attempt_id, data FROM agl_attempts WHERE rollout_id = ANY(%b)",
             (sorted({rollout_id for rollout_id, _ in wanted}),),
         )
         return {
@@ -289,7 +291,7 @@ class PostgresTransaction:
         columns = [list(column) for column in zip(*rows, strict=True)]
         self.db.execute(
             "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
-            "SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::float8[], %s::text[]) "
+            "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::float8[], %b::text[]) "
             + _ATTEMPT_CONFLICT,
             columns,
         )
@@ -321,7 +323,7 @@ class PostgresTransaction:
         wanted = set(keys)
         rows = self.db.execute(
             "SELECT rollout_id, attempt_id, trace_id, span_id, sequence_id FROM agl_spans "
-            "WHERE rollout_id = ANY(%s) AND span_id = ANY(%s)",
+            "WHERE rollout_id = ANY(%b) AND span_id = ANY(%b)",
             (sorted({key[0] for key in wanted}), sorted({key[3] for key in wanted})),
         )
         found = {(r, a, t, s): int(sequence_id) for r, a, t, s, sequence_id in rows}
@@ -334,9 +336,9 @@ class PostgresTransaction:
         ids, numbers = list(counts), list(counts.values())
         rows = self.db.execute(
             "WITH locked AS MATERIALIZED (SELECT rollout_id FROM agl_rollouts "
-            "WHERE rollout_id = ANY(%(ids)s::text[]) ORDER BY rollout_id FOR UPDATE) "
+            "WHERE rollout_id = ANY(%(ids)b::text[]) ORDER BY rollout_id FOR UPDATE) "
             "UPDATE agl_rollouts AS r SET next_span_seq = r.next_span_seq + "
-            "(%(numbers)s::bigint[])[array_position(%(ids)s::text[], r.rollout_id)] "
+            "(%(numbers)b::bigint[])[array_position(%(ids)b::text[], r.rollout_id)] "
             "FROM locked WHERE r.rollout_id = locked.rollout_id "
             "RETURNING r.rollout_id, r.next_span_seq",
             {"ids": ids, "numbers": numbers},
