@@ -17,6 +17,8 @@ import resource
 import time
 from pathlib import Path
 
+from pydantic import JsonValue
+
 import agl
 from agl import RolloutRequest, Span
 from agl.testing.postgres import PostgresServer
@@ -83,7 +85,10 @@ async def measure_spans(url: str, rollouts: int, per_rollout: int, server_pid: i
     async with agl.open_store(url) as store:
         await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(rollouts)])
         claims = await store.dequeue_rollouts(limit=rollouts, worker_id="bench")
-        attributes = {"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 9}
+        attributes: dict[str, JsonValue] = {
+            "gen_ai.request.model": "m",
+            "gen_ai.usage.input_tokens": 9,
+        }
         spans = [
             Span.create(
                 name="bench",
