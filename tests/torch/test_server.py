@@ -22,6 +22,7 @@ import torch
 
 from agl import RolloutRequest, semconv
 from agl.gateway import GatewayServer
+from agl.lightning import extract_calls
 from agl.store._memory import MemoryStore
 from agl_torch.server import PolicyServer
 from agl_torch.tool_parser import ToolCall, parse_tool_calls
@@ -443,6 +444,38 @@ async def test_the_gateway_records_the_tokens_the_server_returned(server: Policy
         assert span.attributes[semconv.AGL_PROMPT_TOKEN_IDS] == prompt_ids
         assert span.attributes[semconv.AGL_RESPONSE_TOKEN_IDS] == token_ids
         assert span.attributes[semconv.AGL_RESPONSE_LOGPROBS] == logprobs
+
+
+async def test_every_recorded_call_names_its_weight_version(
+    tiny_model_dir: Path, reference: Any
+) -> None:
+    # Its own server: the weight update must not change the version other tests see.
+    store = MemoryStore()
+    await store.enqueue_rollouts([RolloutRequest(input="story")])
+    [claim] = await store.dequeue_rollouts(limit=1)
+    rollout_id, attempt_id = claim.rollout.rollout_id, claim.attempt.attempt_id
+    ask: Any = {"model": "policy", "messages": MESSAGES, "max_tokens": 4}
+    with PolicyServer(tiny_model_dir) as server, GatewayServer([server.url], store) as gateway:
+        base_url = gateway.rollout_url(rollout_id, attempt_id)
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="-", max_retries=0) as llm:
+            for version in (0, 1):
+                if version:
+                    weights = reference.state_dict()
+                    assert await asyncio.to_thread(server.update_weights, weights) == 1
+                await llm.chat.completions.create(**ask, extra_body=IDS)
+                stream = await llm.chat.completions.create(**ask, stream=True, extra_body=IDS)
+                _ = [chunk async for chunk in stream]
+        assert gateway.gateway is not None
+        assert await asyncio.to_thread(gateway.gateway.sender.flush, 10)
+    spans = await store.query_spans(rollout_id)
+    gateway_spans = [
+        span
+        for span in spans
+        if span.attributes[semconv.AGL_SPAN_TYPE] == semconv.SPAN_TYPE_GATEWAY
+    ]
+    assert [span.attributes[semconv.AGL_WEIGHT_VERSION] for span in gateway_spans] == [0, 0, 1, 1]
+    calls = extract_calls(spans).calls
+    assert [call.weight_version for call in calls] == [0, 0, 1, 1]
 
 
 def test_the_command_line_serves_a_model_folder(tiny_model_dir: Path) -> None:

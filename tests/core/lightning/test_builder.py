@@ -186,8 +186,16 @@ def test_bad_settings_name_what_is_wrong() -> None:
         TransitionBuilder(agents=[""])
 
 
-def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final: float) -> Any:
-    """A succeeded rollout whose agent made ``calls`` (prompt ids, response ids, logprobs)."""
+def _result(
+    calls: list[tuple[list[int], list[int], list[float] | None]],
+    final: float,
+    *,
+    versions: list[int | None] | None = None,
+    rollout_id: str = "r",
+    group: str | None = None,
+) -> Any:
+    """A succeeded rollout whose agent made ``calls`` (prompt ids, response ids, logprobs),
+    each produced by the weight version of the same index in ``versions``."""
     from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
     from agl._results import summarize
 
@@ -200,9 +208,11 @@ def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final:
         }
         if logprobs is not None:
             attributes[semconv.AGL_RESPONSE_LOGPROBS] = logprobs
+        if versions is not None and versions[i] is not None:
+            attributes[semconv.AGL_WEIGHT_VERSION] = versions[i]
         spans.append(
             Span.create(
-                rollout_id="r",
+                rollout_id=rollout_id,
                 attempt_id="a",
                 name="agl.gateway.chat",
                 attributes=attributes,
@@ -211,16 +221,23 @@ def _result(calls: list[tuple[list[int], list[int], list[float] | None]], final:
             )
         )
     reward = {semconv.AGL_SPAN_TYPE: "reward", semconv.AGL_REWARD: final}
-    spans.append(Span.create(rollout_id="r", attempt_id="a", name="agl.reward", attributes=reward))
+    spans.append(
+        Span.create(rollout_id=rollout_id, attempt_id="a", name="agl.reward", attributes=reward)
+    )
     rollout = Rollout(
-        rollout_id="r",
+        rollout_id=rollout_id,
         input=None,
+        metadata={} if group is None else {"group_id": group},
         status=RolloutStatus.SUCCEEDED,
         enqueue_time=0,
         latest_attempt_id="a",
     )
     attempt = Attempt(
-        rollout_id="r", attempt_id="a", sequence=1, status=AttemptStatus.SUCCEEDED, start_time=0
+        rollout_id=rollout_id,
+        attempt_id="a",
+        sequence=1,
+        status=AttemptStatus.SUCCEEDED,
+        start_time=0,
     )
     return summarize(rollout, [attempt], spans)
 
@@ -254,6 +271,45 @@ def test_trajectory_breaks_and_odd_calls_are_counted() -> None:
     split = capped.build([result])
     assert split.report.notes["trajectory_length_splits"] == 1
     assert [t.response_ids for t in split] == [[3, 4], [5], [6, 6], [1, 2, 3]]
+
+
+def test_a_sample_carries_the_oldest_weight_version_of_its_calls() -> None:
+    calls: list[tuple[list[int], list[int], list[float] | None]] = [
+        ([1, 2], [3, 4], None),
+        ([1, 2, 3, 4, 9], [5], None),  # merged into the first in trajectory mode
+    ]
+    for versions, merged in (([3, 2], 2), ([2, None], None)):
+        result = _result(calls, final=1.0, versions=versions)
+        per_call = TransitionBuilder(advantage="reinforce").build([result])
+        assert [t.weight_version for t in per_call] == versions
+        [sample] = TransitionBuilder(trajectory=True, advantage="reinforce").build([result])
+        assert (sample.n_calls, sample.weight_version) == (2, merged)
+
+
+def test_stale_groups_are_dropped_whole_and_counted() -> None:
+    call: list[tuple[list[int], list[int], list[float] | None]] = [([1], [2], None)]
+
+    def group(name: str, versions: list[int | None]) -> list[Any]:
+        return [
+            _result(call, final=float(i), versions=[version], rollout_id=f"{name}{i}", group=name)
+            for i, version in enumerate(versions)
+        ]
+
+    results = [
+        *group("fresh", [5, 4]),  # staleness 0 and 1: kept
+        *group("mixed", [5, 3]),  # one rollout 2 versions old: the whole group goes
+        *group("unnamed", [5, None]),  # a call that names no version: the whole group goes
+    ]
+    builder = TransitionBuilder(advantage="grpo")
+    batch = builder.build(results, policy_version=5, max_staleness=1)
+    assert sorted(t.rollout_id for t in batch) == ["fresh0", "fresh1"]
+    assert [5 - (t.weight_version or 0) for t in batch] == [0, 1]
+    assert batch.report.dropped_calls == {"stale": 2, "no_weight_version": 2}
+    assert batch.report.as_metrics()["transitions/dropped/stale"] == 2
+    assert len(builder.build(results)) == 6  # no bound: everything is trained
+    assert len(builder.build(results, policy_version=5, max_staleness=2)) == 4
+    with pytest.raises(InvalidInputError, match="go together"):
+        builder.build(results, max_staleness=1)
 
 
 class _Answer(pydantic.BaseModel):

@@ -21,8 +21,9 @@ from agl_torch._vllm_requests import JSON, GenerationRequest
 from agl_torch.engine import Completion, Token
 from agl_torch.tool_parser import TOOL_CALL_START, ToolCall, parse_tool_calls
 
-VERSION_HEADER = "x-agl-weight-version"
-"""The response header holding the weight version that produced the response."""
+VERSION_HEADER = wire.WEIGHT_VERSION_HEADER
+"""The response header holding the weight version that produced the response (the gateway
+records it on the call's span)."""
 
 
 def fingerprint(version: int) -> str:

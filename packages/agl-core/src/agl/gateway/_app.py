@@ -222,6 +222,7 @@ class Gateway:
         try:
             async with self._upstream().post(url, json=forwarded, headers=headers) as reply:
                 content, status = await reply.read(), reply.status
+                record.take_headers(reply.headers)
         except TimeoutError:
             return self._failed(record, 504, f"upstream {upstream} timed out")
         except aiohttp.ClientError as exc:
@@ -273,6 +274,7 @@ class Gateway:
             record.error = f"upstream answered {reply.status}: {text}"
             self._submit(record)
             return Response(content, reply.status, media_type="application/json")
+        record.take_headers(reply.headers)
 
         submitted = False
 

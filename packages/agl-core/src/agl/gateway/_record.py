@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agl import semconv
 from agl._spans import Span, SpanKind, SpanStatus, StatusCode
+from agl.openai_wire import WEIGHT_VERSION_HEADER
 
 __all__ = ["CallRecord"]
 
@@ -46,6 +48,7 @@ class CallRecord:
     response: dict[str, Any] | None = None
     error: str | None = None
     upstream_ms: float | None = None
+    weight_version: int | None = None
     # stream assembly
     _text: list[str] = field(default_factory=list)
     _tools: dict[int, _ToolCallDelta] = field(default_factory=dict)
@@ -53,6 +56,12 @@ class CallRecord:
     _head: dict[str, Any] = field(default_factory=dict)
 
     # --- whole responses --------------------------------------------------------------------
+
+    def take_headers(self, headers: Mapping[str, str]) -> None:
+        """Record what the upstream's response headers say: the weight version, if named."""
+        value = headers.get(WEIGHT_VERSION_HEADER)
+        if value is not None and value.strip().isdigit():
+            self.weight_version = int(value)
 
     def take_response(self, body: dict[str, Any]) -> None:
         """Record a complete (non-streamed) response."""
@@ -138,6 +147,8 @@ class CallRecord:
             attributes[semconv.AGL_RESOURCES_ID] = self.resources_id
         if self.upstream_ms is not None:
             attributes[semconv.AGL_UPSTREAM_LATENCY_MS] = round(self.upstream_ms, 3)
+        if self.weight_version is not None:
+            attributes[semconv.AGL_WEIGHT_VERSION] = self.weight_version
         if self.prompt_ids is not None:
             attributes[semconv.AGL_PROMPT_TOKEN_IDS] = self.prompt_ids
         if self.response_ids is not None:

@@ -192,6 +192,8 @@ class TransitionBuilder:
         step: int = 0,
         calls: Mapping[str, AttemptCalls] | None = None,
         select: Callable[[str | None], bool] | None = None,
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
     ) -> TransitionBatch:
         """Turn finished rollouts into the selected agents' transitions.
 
@@ -203,7 +205,19 @@ class TransitionBuilder:
                 batch extract once).
             select: Which agents' calls to keep, instead of the ``agents`` rule (the
                 per-agent trainer passes each algorithm exactly the agents it owns).
+            policy_version / max_staleness: With both, drop data produced by weights more
+                than ``max_staleness`` versions older than ``policy_version`` (the weights
+                about to be trained). A group is kept whole or dropped whole: if any kept
+                call of any of its rollouts is too old (reason ``stale``) or does not name its
+                weight version (``no_weight_version``), every rollout of the group is dropped,
+                so a group baseline is never computed over part of a group.
         """
+        if (policy_version is None) != (max_staleness is None):
+            raise InvalidInputError(
+                "policy_version and max_staleness go together (got "
+                f"policy_version={policy_version}, max_staleness={max_staleness})",
+                field="max_staleness",
+            )
         report = DropReport()
         groups: dict[str, list[_Rollout]] = {}
         for result in results:
@@ -242,6 +256,14 @@ class TransitionBuilder:
                 )
             )
 
+        if policy_version is not None and max_staleness is not None:
+            for key in list(groups):
+                reason = _staleness(groups[key], policy_version, max_staleness)
+                if reason is not None:
+                    for member in groups.pop(key):
+                        report.dropped_rollouts[reason] += 1
+                        if member.calls:
+                            report.dropped_calls[reason] += len(member.calls)
         keys = list(groups)
         estimated = self.advantage.estimate(
             [
@@ -313,7 +335,7 @@ class TransitionBuilder:
                 logprobs = None
             last = previous.get(call.agent) if self.trajectory else None
             if last is not None:
-                merged = _extend(last, prompt, response, logprobs, ret, adv, max_response)
+                merged = _extend(last, call, logprobs, ret, adv, max_response)
                 if merged == "merged":
                     continue
                 report.notes[merged] += 1
@@ -337,6 +359,7 @@ class TransitionBuilder:
                 step=step,
                 attempt_id=call.attempt_id,
                 call_index=call.index,
+                weight_version=call.weight_version,
             )
             by_agent.setdefault(call.agent, []).append(sample)
             previous[call.agent] = sample
@@ -349,14 +372,14 @@ class TransitionBuilder:
 
 def _extend(
     sample: Transition,
-    prompt: list[int],
-    response: list[int],
+    call: LLMCall,
     logprobs: list[float] | None,
     ret: float,
     adv: float,
     max_response: int | None,
 ) -> str:
     """Merge a call into the sample it extends; say why not otherwise."""
+    prompt, response = call.prompt_ids or [], call.response_ids or []
     head = len(sample.prompt_ids)
     seen = head + len(sample.response_ids)
     if len(prompt) < seen or prompt[:head] != sample.prompt_ids:
@@ -391,7 +414,19 @@ def _extend(
     sample.reward = ret
     sample.advantage = adv
     sample.n_calls += 1
+    versions = (sample.weight_version, call.weight_version)
+    sample.weight_version = None if None in versions else min(v for v in versions if v is not None)
     return "merged"
+
+
+def _staleness(members: list[_Rollout], policy_version: int, max_staleness: int) -> str | None:
+    """Why a group cannot be trained on by weights ``policy_version``, or None if it can."""
+    versions = [call.weight_version for member in members for call in member.calls]
+    if any(version is None for version in versions):
+        return "no_weight_version"
+    if any(policy_version - version > max_staleness for version in versions if version is not None):
+        return "stale"
+    return None
 
 
 def _group_key(result: RolloutResult, step: int) -> str:

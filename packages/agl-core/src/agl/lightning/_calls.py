@@ -59,6 +59,8 @@ class LLMCall:
         prompt_ids / response_ids / logprobs: The engine's tokens (None when not recorded).
         request / response: The call's request and response as JSON text, when recorded.
         step_rewards: Rewards emitted for this call (linked by response id, or following it).
+        weight_version: The version of the weights that produced the response, when the engine
+            named it (``agl.llm.weight_version``).
         span_id: The span the call was read from (the gateway's when there is one).
         start_ns / end_ns: When the call started and ended.
     """
@@ -74,6 +76,7 @@ class LLMCall:
     request: str | None = None
     response: str | None = None
     step_rewards: list[float] = field(default_factory=list)
+    weight_version: int | None = None
     span_id: str | None = None
     start_ns: int = 0
     end_ns: int = 0
@@ -361,6 +364,7 @@ def _call(
         logprobs=_first_list(sides, semconv.AGL_RESPONSE_LOGPROBS),
         request=_first_str(sides, semconv.AGL_REQUEST_JSON),
         response=_first_str(sides, semconv.AGL_RESPONSE_JSON),
+        weight_version=_first_int(sides, semconv.AGL_WEIGHT_VERSION),
         span_id=first.span_id,
         start_ns=timing.start_time_unix_nano,
         end_ns=timing.end_time_unix_nano or timing.start_time_unix_nano,
@@ -371,6 +375,14 @@ def _first_str(sides: list[dict[str, Any]], key: str) -> str | None:
     for attributes in sides:
         value = attributes.get(key)
         if isinstance(value, str):
+            return value
+    return None
+
+
+def _first_int(sides: list[dict[str, Any]], key: str) -> int | None:
+    for attributes in sides:
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
 

@@ -48,6 +48,9 @@ class Transition:
             different advantages (None: :attr:`advantage` on every unmasked token).
         weight: ``1 / (samples of its rollout and agent)``: weighting a loss by it makes every
             rollout count once, however many calls it made.
+        weight_version: The version of the weights that produced the sample's tokens (the
+            oldest, for a merged sample), or None when the engine did not name it for every
+            call.
     """
 
     agent: str | None
@@ -65,6 +68,7 @@ class Transition:
     response_mask: list[int] | None = None
     token_advantages: list[float] | None = None
     weight: float = 1.0
+    weight_version: int | None = None
 
     def mask(self) -> list[int]:
         """The response mask, all ones when :attr:`response_mask` is None."""
@@ -90,7 +94,8 @@ class DropReport:
         transitions: Samples built.
         dropped_calls: Calls not trained, by reason: ``no_token_ids``, ``empty_response``,
             ``prompt_too_long``, ``response_too_long``, ``infrastructure_failure``,
-            ``rollout_failed``, ``no_reward``, ``zero_variance_group``, ``single_rollout_group``.
+            ``rollout_failed``, ``no_reward``, ``zero_variance_group``, ``single_rollout_group``,
+            and with a staleness bound ``stale`` and ``no_weight_version``.
         dropped_rollouts: Rollouts not trained, by the same reasons.
         notes: Counts that are not drops: ``trajectory_breaks`` (a call that did not extend the
             previous one and started a new sample), ``logprobs_mismatch`` (logprobs of the wrong

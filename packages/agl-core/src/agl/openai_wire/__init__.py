@@ -8,6 +8,7 @@ gets the same error for the same mistake from each of them.
 
 from agl.openai_wire._bodies import (
     DONE,
+    WEIGHT_VERSION_HEADER,
     Logprob,
     TokenLogprobs,
     chat_body,
@@ -46,6 +47,7 @@ from agl.openai_wire._requests import (
 __all__ = [
     "DONE",
     "MAX_TOP_LOGPROBS",
+    "WEIGHT_VERSION_HEADER",
     "Api",
     "Logprob",
     "TokenLogprobs",

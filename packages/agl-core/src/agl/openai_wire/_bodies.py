@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 __all__ = [
     "DONE",
+    "WEIGHT_VERSION_HEADER",
     "Logprob",
     "TokenLogprobs",
     "chat_body",
@@ -54,6 +55,11 @@ __all__ = [
 JSON = dict[str, Any]
 
 DONE = "data: [DONE]\n\n"
+
+WEIGHT_VERSION_HEADER = "x-agl-weight-version"
+"""The response header naming the version of the weights that produced a response (an
+integer: 0 for the weights a server started with, one more per update). agl-torch's policy
+server sends it; the gateway records it on the call's span (``agl.llm.weight_version``)."""
 """The event that ends every stream."""
 
 
