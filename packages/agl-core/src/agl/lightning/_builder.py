@@ -258,12 +258,12 @@ class TransitionBuilder:
 
         if policy_version is not None and max_staleness is not None:
             for key in list(groups):
-                reason = _staleness(groups[key], policy_version, max_staleness)
-                if reason is not None:
+                stale = _staleness(groups[key], policy_version, max_staleness)
+                if stale is not None:
                     for member in groups.pop(key):
-                        report.dropped_rollouts[reason] += 1
+                        report.dropped_rollouts[stale] += 1
                         if member.calls:
-                            report.dropped_calls[reason] += len(member.calls)
+                            report.dropped_calls[stale] += len(member.calls)
         keys = list(groups)
         estimated = self.advantage.estimate(
             [
