@@ -54,7 +54,7 @@ FACADES = {
         "completion_body", "completion_choice", "completion_chunk", "completion_logprobs",
         "content_text", "error_body", "error_type", "head", "model_list", "new_id", "now",
         "read_json", "read_request", "responses_messages", "role_chunk", "sse", "sse_data",
-        "tool_call", "usage", "usage_chunk",
+        "tool_call", "usage", "usage_chunk", "WEIGHT_VERSION_HEADER",
     },
     "agl.plugins": {
         "DISABLE_ENV", "ENTRY_POINT_GROUP", "PluginError", "PluginInfo", "PluginManager",

@@ -9,7 +9,6 @@ build a context of its own.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -20,8 +19,9 @@ from pydantic import JsonValue
 
 from agl._errors import AglError, InvalidInputError
 from agl._resources import LLM, Resource, ResourcesUpdate
-from agl._results import RolloutResult, fetch_results
-from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest
+from agl._results import RolloutResult
+from agl._rollout_stream import RolloutStream
+from agl._rollouts import RolloutConfig, RolloutMode
 from agl.store._base import Store
 
 __all__ = [
@@ -236,58 +236,16 @@ class AlgorithmContext:
         status ``cancelled``, so a step never hangs. Each attempt's own limits are the
         rollout config's (``timeout_seconds``, ``unresponsive_seconds``).
         """
-        if n < 1:
-            raise InvalidInputError(f"n must be at least 1, got {n}", field="n", value=n)
-        if timeout is not None and timeout <= 0:
-            raise InvalidInputError(
-                f"timeout must be positive, got {timeout}", field="timeout", value=timeout
-            )
-        requests = [
-            RolloutRequest(
-                input=task,
-                mode=mode,
-                config=config or self.rollout_config,
-                resources_id=resources_id or self.resources_id,
-                metadata={**(metadata or {}), "task_index": index, "sample": sample},
-            )
-            for index, task in enumerate(tasks)
-            for sample in range(n)
-        ]
-        rollouts = await self.store.enqueue_rollouts(requests)
-        ids = [rollout.rollout_id for rollout in rollouts]
-        finished: dict[str, RolloutResult] = {}
-        label = description or f"{mode} rollouts"
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.progress(label, len(ids)) as bar:
-            pending = list(ids)
-            while pending:
-                if deadline is not None and time.monotonic() >= deadline:
-                    # Cancelling finishes each rollout at once; a runner still on one is
-                    # told at its next heartbeat, and what it sends later is ignored.
-                    for rollout_id in pending:
-                        await self.store.cancel_rollout(rollout_id)
-                    self.totals["timed_out"] += len(pending)
-                    deadline = None
-                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-                done = await self.store.wait_for_rollouts(pending, timeout=wait)
-                if not done:
-                    continue
-                if self.gateways is not None:
-                    # The gateway records calls on its own schedule: make sure the finished
-                    # rollouts' calls are in the store before reading them.
-                    await self.gateways.flush()
-                for result in await fetch_results(self.store, done):
-                    finished[result.rollout.rollout_id] = result
-                    bar.advance(result)
-                done_ids = {rollout.rollout_id for rollout in done}
-                pending = [rollout_id for rollout_id in pending if rollout_id not in done_ids]
-        results = [finished[rollout_id] for rollout_id in ids]
-        self.totals["rollouts"] += len(results)
-        self.totals["succeeded"] += sum(result.succeeded for result in results)
-        self.totals["cancelled"] += sum(result.status == "cancelled" for result in results)
-        self.totals["failed"] += sum(result.status == "failed" for result in results)
-        self.totals["retried"] += sum(result.retried for result in results)
-        return results
+        stream = RolloutStream(self)
+        await stream.launch(
+            tasks,
+            mode=mode,
+            n=n,
+            resources_id=resources_id,
+            config=config,
+            metadata=metadata,
+        )
+        return await stream.take(label=description or f"{mode} rollouts", timeout=timeout)
 
     def rewind(self, step: int) -> None:
         """Forget the metrics logged after ``step``: a run resuming from a checkpoint of that
