@@ -154,6 +154,16 @@ class StepAlgorithm(Algorithm):
         """Return the resources this algorithm owns (published before the first step)."""
         return {}
 
+    def policy_version(self) -> int | None:
+        """The version of the weights the next :meth:`step` trains, counted as the engine
+        serving them counts the versions it names on its responses (and the gateway records on
+        every call); None for an algorithm without versioned weights (the default).
+
+        With ``LoopSettings(max_staleness=k)``, data produced by weights more than ``k``
+        versions older than this is dropped before :meth:`step` sees it.
+        """
+        return None
+
     @abc.abstractmethod
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         """Learn from one batch; return new versions of resources it owns ({} for none)."""

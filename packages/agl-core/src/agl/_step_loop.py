@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agl._errors import InvalidInputError
+from agl._rollout_stream import RolloutStream
 from agl._settings import check_at_least
 from agl.lightning._agents import NO_AGENT
 
@@ -46,6 +47,16 @@ class LoopSettings:
             steps included), even mid-epoch; None runs every epoch.
         step_timeout: Seconds a step (or validation) waits for its rollouts; those not
             finished by then are cancelled and count as failed for training (None: wait).
+        max_staleness: How many weight versions the data of an update may lag behind the
+            weights it trains. 0 (the default) is the synchronous loop: a step's rollouts all
+            finish, then the update runs, then the next step's rollouts start. With ``k >= 1``
+            rollouts and updates overlap: the rollouts of the next ``k`` steps are launched
+            ahead and keep running while an update runs, and each step trains on the
+            ``batch_size`` groups that finished first (oldest launched first), so a long
+            rollout does not hold the step up. An algorithm whose weights are versioned
+            (:meth:`~agl.StepAlgorithm.policy_version`) then drops, and counts as
+            ``transitions/dropped/stale``, every group with a call produced by weights more
+            than ``k`` versions older than those it trains: groups are kept or dropped whole.
     """
 
     n_epochs: int = 1
@@ -53,6 +64,7 @@ class LoopSettings:
     n_samples: int = 1
     max_steps: int | None = None
     step_timeout: float | None = None
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         for name, low in (("n_epochs", 1), ("batch_size", 1), ("n_samples", 1), ("max_steps", 1)):
@@ -63,6 +75,7 @@ class LoopSettings:
         check_at_least(
             "LoopSettings", "step_timeout", self.step_timeout, 0, optional=True, above=True
         )
+        check_at_least("LoopSettings", "max_staleness", self.max_staleness, 0, integer=True)
 
     def total_steps(self, n_tasks: int) -> tuple[int, int]:
         """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks."""
@@ -157,18 +170,29 @@ class StepLoop:
         if resumed:
             ctx.rewind(resumed)
             logger.info("resuming after step %d", resumed)
-        step = 0
+        plan = [
+            (epoch, tasks)
+            for epoch in range(settings.n_epochs)
+            for tasks in ctx.batches(ctx.train_tasks, settings.batch_size)
+        ][: settings.max_steps]
         if ctx.val_tasks and not resumed:
-            await self._validate(ctx, step)
-        for epoch in range(settings.n_epochs):
-            for tasks in ctx.batches(ctx.train_tasks, settings.batch_size):
-                if settings.max_steps is not None and step >= settings.max_steps:
-                    break
-                step += 1
-                if step > resumed:
-                    await self._step(ctx, tasks, step, epoch)
-        if ctx.val_tasks and settings.n_epochs > 0 and step > resumed:
-            await self._validate(ctx, step)
+            await self._validate(ctx, 0)
+        # Batch b (from 1) is launched once the update of step b - 1 - max_staleness is done:
+        # with 0, each step's rollouts start after the update before it (synchronous).
+        stream = RolloutStream(ctx)
+        launched = resumed
+        for step in range(resumed + 1, len(plan) + 1):
+            while launched < min(len(plan), step + settings.max_staleness):
+                launched += 1
+                await stream.launch(
+                    plan[launched - 1][1],
+                    n=settings.n_samples,
+                    group_prefix=f"step{launched}" if settings.max_staleness else None,
+                )
+            epoch, tasks = plan[step - 1]
+            await self._step(ctx, stream, len(tasks), step, epoch)
+        if ctx.val_tasks and settings.n_epochs > 0 and len(plan) > resumed:
+            await self._validate(ctx, len(plan))
 
     def _resumed_step(self) -> int:
         steps = {m.label: m.algorithm.resume_step() for m in self.members}
@@ -202,16 +226,15 @@ class StepLoop:
         if published:
             await ctx.publish({**ctx.resources, **published})
 
-    async def _step(self, ctx: AlgorithmContext, tasks: list[Any], step: int, epoch: int) -> None:
+    async def _step(
+        self, ctx: AlgorithmContext, stream: RolloutStream, groups: int, step: int, epoch: int
+    ) -> None:
         from agl.lightning import extract_calls
 
         started = time.monotonic()
         ctx.hooks.step_start(self.label, step)
-        results = await ctx.run_rollouts(
-            tasks,
-            n=self.settings.n_samples,
-            description=f"epoch {epoch + 1} step {step}",
-            timeout=self.settings.step_timeout,
+        results = await stream.take(
+            groups, label=f"epoch {epoch + 1} step {step}", timeout=self.settings.step_timeout
         )
         rollout_s = time.monotonic() - started
         extracted = {r.rollout.rollout_id: extract_calls(r.spans) for r in results}
@@ -232,6 +255,7 @@ class StepLoop:
                 if mine(call.agent)
             ]
             transitions = None
+            prefix = f"{member.label}/" if prefix_names else ""
             if algorithm.transitions is not None:
                 rule = algorithm.transitions.selector
 
@@ -239,9 +263,12 @@ class StepLoop:
                     # its agents in this run, narrowed by its own TransitionBuilder(agents=...)
                     return bool(owned(agent) and rule(agent))
 
+                bound = self._staleness_bound(member)
                 transitions = algorithm.transitions.build(
-                    results, step=step, calls=extracted, select=trained
+                    results, step=step, calls=extracted, select=trained, **bound
                 )
+                if bound:
+                    metrics.update(_staleness_metrics(transitions, bound, prefix))
             batch = StepBatch(step, epoch, results, calls, transitions)
             new = dict(await algorithm.step(member.ctx or ctx, batch) or {})
             stray = sorted(set(new) - member.owns)
@@ -253,7 +280,6 @@ class StepLoop:
                     field="resources",
                 )
             updates.update(new)
-            prefix = f"{member.label}/" if prefix_names else ""
             metrics[f"{prefix}calls"] = float(len(calls))
             if transitions is not None:
                 metrics.update(transitions.report.as_metrics(f"{prefix}transitions/"))
@@ -268,6 +294,23 @@ class StepLoop:
         metrics["time/step_s"] = time.monotonic() - started
         ctx.log(step, metrics)
         ctx.hooks.step_end(self.label, step, metrics)
+
+    def _staleness_bound(self, member: Member) -> dict[str, int]:
+        """The ``policy_version`` and ``max_staleness`` a member's transitions are held to
+        ({} in the synchronous loop, or for an algorithm whose weights are not versioned)."""
+        k = self.settings.max_staleness
+        version = member.algorithm.policy_version() if k else None
+        if version is None:
+            if k and f"unversioned-{member.label}" not in self._warned:
+                self._warned.add(f"unversioned-{member.label}")
+                logger.warning(
+                    "max_staleness=%d: algorithm %r names no policy version, so its data is "
+                    "not checked for staleness (said once a run)",
+                    k,
+                    member.label,
+                )
+            return {}
+        return {"policy_version": version, "max_staleness": k}
 
     def _check(self, step: int, succeeded: int, agents: Counter[str | None]) -> None:
         """Warn (once a run) when a step's successful rollouts recorded no LLM call at all,
@@ -294,6 +337,21 @@ class StepLoop:
             ctx.val_tasks, mode="val", description="validation", timeout=self.settings.step_timeout
         )
         ctx.log(step, reward_metrics(results, prefix="val/"))
+
+
+def _staleness_metrics(
+    transitions: TransitionBatch, bound: dict[str, int], prefix: str
+) -> dict[str, float]:
+    """How many versions the trained samples lag behind the weights trained (max, mean)."""
+    lags = [
+        bound["policy_version"] - t.weight_version
+        for t in transitions
+        if t.weight_version is not None
+    ]
+    return {
+        f"{prefix}staleness/max": float(max(lags, default=0)),
+        f"{prefix}staleness/mean": statistics.fmean(lags) if lags else 0.0,
+    }
 
 
 def reward_metrics(results: Sequence[RolloutResult], prefix: str = "") -> dict[str, float]:

@@ -67,6 +67,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl._server_thread import ServerThread
 from agl.openai_wire import (
+    WEIGHT_VERSION_HEADER,
     WireError,
     WireRequest,
     check_context,
@@ -188,6 +189,7 @@ class _State:
     script: Script
     max_model_len: int
     model: str
+    weight_version: int | None = None
     log: list[RecordedRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -224,6 +226,11 @@ class _State:
             if reply.status is not None:
                 raise WireError(reply.message, status=reply.status, kind=reply.error_type)
         return replies
+
+    def headers(self) -> dict[str, str]:
+        """The headers of an answer: the weight version, when the server names one."""
+        version = self.weight_version
+        return {} if version is None else {WEIGHT_VERSION_HEADER: str(version)}
 
 
 def _calls(reply: Reply, prefix: str) -> list[tuple[str, str, str]]:
@@ -263,10 +270,19 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=exc.status_code)
 
 
+def _install_weight_version(app: FastAPI, state: _State) -> None:
+    @app.middleware("http")
+    async def name_the_weights(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        response.headers.update(state.headers())
+        return response
+
+
 def _create_app(state: _State) -> FastAPI:
     app = FastAPI(title="agl scripted OpenAI server", version="1")
 
     _install_error_handlers(app)
+    _install_weight_version(app, state)
 
     @app.get("/health")
     async def health(request: Request) -> Response:
@@ -389,6 +405,16 @@ class OpenAIServer(ServerThread):
     @script.setter
     def script(self, script: Script) -> None:
         self._state.script = script
+
+    @property
+    def weight_version(self) -> int | None:
+        """The weight version every answer names (``x-agl-weight-version``), as agl-torch's
+        policy server does; None (the default) names none. Set it to act out an update."""
+        return self._state.weight_version
+
+    @weight_version.setter
+    def weight_version(self, version: int | None) -> None:
+        self._state.weight_version = version
 
     @property
     def requests(self) -> list[RecordedRequest]:
