@@ -222,6 +222,27 @@ def test_missing_logprobs_and_several_epochs(model: Any, tokenizer: Any) -> None
     assert np.isfinite(metrics["loss"])
 
 
+def test_decoupled_ppo_trusts_the_weights_before_the_update(model: Any, tokenizer: Any) -> None:
+    # A stale batch (the weights moved on since it was sampled, as in asynchronous training):
+    # plain PPO measures ratios against the stale behaviour policy and clips at once; decoupled
+    # PPO measures them against the weights before this update (ratio 1 on the first epoch)
+    # and weights each token by behaviour -> proximal importance.
+    batch = transitions(model, tokenizer, SPECS[:2])
+    moved = Learner(model, tokenizer, LearnerSettings(lr=1e-3), device="cpu")
+    for _ in range(3):
+        moved.rl_step(batch)
+    settings = LearnerSettings(lr=1e-3, off_policy="decoupled", importance_cap=2.0)
+    decoupled = Learner(moved.model, tokenizer, settings, device="cpu")
+    metrics = decoupled.rl_step(batch)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert metrics["clip_frac"] == 0.0
+    assert metrics["importance_max"] > 1.0  # the stale tokens the update made likelier
+    assert 0.0 < metrics["importance_truncated"] < 1.0
+    plain = Learner(moved.model, tokenizer, LearnerSettings(lr=1e-3), device="cpu")
+    assert plain.rl_step(batch)["clip_frac"] > 0
+    assert "importance_mean" not in plain.rl_step(batch)
+
+
 def test_nothing_to_train_takes_no_step(model: Any, tokenizer: Any) -> None:
     learner = Learner(model, tokenizer, device="cpu")
     before = weights_of(learner)

@@ -113,6 +113,58 @@ def test_unknown_behaviour_logprobs_count_as_on_policy() -> None:
     torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.0, 0.5]]))
 
 
+def test_decoupled_ppo_matches_hand_computation() -> None:
+    # One sample of three tokens: behaviour (the stale weights that sampled them), proximal
+    # (the weights before this update) and current logprobs.
+    behaviour = [-1.0, -2.0, -0.5]
+    proximal = [-0.9, -1.0, -0.5]
+    current = [-0.8, -1.2, -0.1]
+    advantages = [1.0, 1.0, -1.0]
+    expected_tokens = []
+    for b, p, c, a in zip(behaviour, proximal, current, advantages, strict=True):
+        r = math.exp(c - p)  # the trust region is around the proximal policy
+        w = min(math.exp(p - b), 2.0)  # proximal / behaviour, truncated at 2
+        expected_tokens.append(w * max(-a * r, -a * min(max(r, 0.8), 1.28)))
+    # token 0: r=e^0.1, w=e^0.1; token 1: r=e^-0.2, w=e^1 -> 2; token 2: r=e^0.4 (A<0: unclipped)
+    expected = sum(expected_tokens) / 3
+    assert expected == pytest.approx(-0.45568, abs=1e-5)
+    logprobs = torch.tensor([current], requires_grad=True)
+    loss, stats = policy_loss(
+        logprobs,
+        torch.tensor([behaviour]),
+        torch.tensor([advantages]),
+        torch.ones(1, 3),
+        proximal_logprobs=torch.tensor([proximal]),
+        importance_cap=2.0,
+    )
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert stats["importance_max"] == pytest.approx(math.e, rel=1e-6)
+    assert stats["importance_truncated"] == pytest.approx(1 / 3)
+    assert stats["importance_mean"] == pytest.approx((math.exp(0.1) + math.e + 1) / 3, rel=1e-6)
+    loss.backward()
+    assert logprobs.grad is not None
+    # The importance weight scales each token's gradient and carries none itself:
+    # d loss / d current_t = -A_t * w_t * r_t / 3 on unclipped tokens.
+    grad = logprobs.grad[0].tolist()
+    assert grad[1] == pytest.approx(-1.0 * 2.0 * math.exp(-0.2) / 3, rel=1e-5)
+    assert grad[2] == pytest.approx(1.0 * 1.0 * math.exp(0.4) / 3, rel=1e-5)
+    # On-policy data (proximal == behaviour) gives exactly PPO-clip around the proximal policy.
+    plain, _ = policy_loss(
+        logprobs.detach(),
+        torch.tensor([proximal]),
+        torch.tensor([advantages]),
+        torch.ones(1, 3),
+    )
+    decoupled, _ = policy_loss(
+        logprobs.detach(),
+        torch.tensor([proximal]),
+        torch.tensor([advantages]),
+        torch.ones(1, 3),
+        proximal_logprobs=torch.tensor([proximal]),
+    )
+    assert decoupled.item() == pytest.approx(plain.item(), abs=1e-7)
+
+
 def test_nothing_to_count_gives_zero() -> None:
     logprobs, old, advantages, _ = inputs()
     loss, metrics = policy_loss(logprobs, old, advantages, torch.zeros(2, 3))

@@ -27,6 +27,8 @@ from agl_torch import (
         (lambda: LearnerSettings(betas=(0.9, 1.5)), "betas", r"two numbers in \[0, 1\)"),
         (lambda: LearnerSettings(lora={"r": 4}), "lora", "a LoraSettings or None, got dict"),  # type: ignore[arg-type]
         (lambda: LearnerSettings(max_grad_norm=0), "max_grad_norm", "> 0 or None"),
+        (lambda: LearnerSettings(off_policy="vtrace"), "off_policy", "one of auto, ppo"),  # type: ignore[arg-type]
+        (lambda: LearnerSettings(importance_cap=0), "importance_cap", "> 0 or None"),
         (lambda: LoraSettings(r=0), "r", r"LoraSettings\.r must be an integer >= 1"),
         (lambda: ServingSettings(model_name=""), "model_name", "a non-empty string"),
         (lambda: ServingSettings(max_batch_size=0), "max_batch_size", ">= 1"),
@@ -40,6 +42,15 @@ def test_a_bad_setting_is_refused_when_built_naming_its_field(
     with pytest.raises(agl.InvalidInputError, match=message) as caught:
         build()  # type: ignore[operator]
     assert caught.value.field == field
+
+
+def test_off_policy_auto_corrects_when_the_loop_trains_on_stale_data(tmp_path: Path) -> None:
+    assert LightningRLTorch(tmp_path).learner_settings().off_policy == "ppo"
+    overlapped = LightningRLTorch(tmp_path, loop={"max_staleness": 1})
+    assert overlapped.learner.off_policy == "auto"
+    assert overlapped.learner_settings().off_policy == "decoupled"
+    chosen = LightningRLTorch(tmp_path, loop={"max_staleness": 1}, learner={"off_policy": "ppo"})
+    assert chosen.learner_settings().off_policy == "ppo"
 
 
 def test_the_algorithms_take_the_groups_whole_or_as_mappings(tmp_path: Path) -> None:

@@ -93,6 +93,10 @@ class Learner:
         self.kl_coef = settings.kl_coef
         self.kl_kind: KLKind = settings.kl_kind
         self.ppo_epochs = settings.ppo_epochs
+        self.off_policy = "decoupled" if settings.off_policy == "decoupled" else "ppo"
+        """The policy loss (``"auto"`` is ``"ppo"`` here: a learner does not know the loop;
+        :class:`~agl_torch.LightningRLTorch` settles ``"auto"`` before building one)."""
+        self.importance_cap = settings.importance_cap
         self.lora = lora = settings.lora
         self.updates = 0
         """Optimizer steps taken (restored by :meth:`load_checkpoint`)."""
@@ -125,10 +129,11 @@ class Learner:
         Returns:
             Metrics, averaged over epochs: ``loss`` (``pg_loss + kl_coef * kl``), ``pg_loss``,
             ``kl`` (with ``kl_coef > 0``), ``clip_frac``, ``approx_kl``, ``ratio_mean``,
-            ``ratio_max``, ``grad_norm`` (before clipping); and ``samples``, ``tokens`` (prompt
-            and response), ``trained_tokens``, ``lr``, ``updates`` (the counter after the step),
-            ``skipped`` (optimizer steps not taken: an empty batch, a non-finite gradient),
-            ``time/update_s``, ``tokens/s``.
+            ``ratio_max``, ``grad_norm`` (before clipping), with decoupled PPO
+            ``importance_mean``, ``importance_max``, ``importance_truncated``; and
+            ``samples``, ``tokens`` (prompt and response), ``trained_tokens``, ``lr``,
+            ``updates`` (the counter after the step), ``skipped`` (optimizer steps not taken:
+            an empty batch, a non-finite gradient), ``time/update_s``, ``tokens/s``.
         """
         started = time.perf_counter()
         batches = rl_batches(
@@ -144,7 +149,10 @@ class Learner:
         if normalizer <= 0:
             return self._skipped(len(transitions))
         references = [self._reference_logprobs(b) for b in batches] if self.kl_coef > 0 else []
-        if self.ppo_epochs > 1:
+        proximal = []
+        if self.off_policy == "decoupled":
+            proximal = [self._current_logprobs(b) for b in batches]
+        elif self.ppo_epochs > 1:
             batches = [self._with_behaviour_logprobs(b) for b in batches]
         totals = dict.fromkeys(
             ("loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "grad_norm"),
@@ -153,9 +161,11 @@ class Learner:
         totals["skipped"] = 0.0
         if references:
             totals["kl"] = 0.0
+        if proximal:
+            totals.update(importance_mean=0.0, importance_max=0.0, importance_truncated=0.0)
         with self._training():
             for _ in range(self.ppo_epochs):
-                self._rl_epoch(batches, references, normalizer, totals)
+                self._rl_epoch(batches, references, proximal, normalizer, totals)
         metrics = {name: value / self.ppo_epochs for name, value in totals.items()}
         metrics["skipped"] = totals["skipped"]
         tokens = sum(b.tokens for b in batches)
@@ -313,12 +323,13 @@ class Learner:
         self,
         batches: list[RLBatch],
         references: list[torch.Tensor],
+        proximal: list[torch.Tensor],
         normalizer: float,
         totals: dict[str, float],
     ) -> None:
         """One optimizer step over all micro-batches; adds this epoch's metrics to ``totals``."""
         trained_tokens = sum(b.trained_tokens for b in batches)
-        ratio_max = 0.0
+        ratio_max = importance_max = 0.0
         for index, batch in enumerate(batches):
             logprobs = token_logprobs(self.model, batch.input_ids, batch.attention_mask)
             loss, stats = policy_loss(
@@ -326,6 +337,8 @@ class Learner:
                 batch.old_logprobs,
                 batch.advantages,
                 batch.response_mask,
+                proximal_logprobs=proximal[index] if proximal else None,
+                importance_cap=self.importance_cap,
                 clip_low=self.clip_low,
                 clip_high=self.clip_high,
                 aggregation=self.aggregation,
@@ -349,7 +362,13 @@ class Learner:
             for name in ("clip_frac", "approx_kl", "ratio_mean"):
                 totals[name] += stats[name] * share
             ratio_max = max(ratio_max, stats["ratio_max"])
+            if proximal:
+                for name in ("importance_mean", "importance_truncated"):
+                    totals[name] += stats[name] * share
+                importance_max = max(importance_max, stats["importance_max"])
         totals["ratio_max"] += ratio_max
+        if proximal:
+            totals["importance_max"] += importance_max
         self._optimizer_step(totals)
 
     @contextlib.contextmanager
@@ -379,6 +398,11 @@ class Learner:
             return token_logprobs(self.reference, batch.input_ids, batch.attention_mask)
         with self.model.disable_adapter():
             return token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+
+    @torch.no_grad()
+    def _current_logprobs(self, batch: RLBatch) -> torch.Tensor:
+        """The logprobs the weights give the batch now, before the update (eval mode)."""
+        return token_logprobs(self.model, batch.input_ids, batch.attention_mask)
 
     @torch.no_grad()
     def _with_behaviour_logprobs(self, batch: RLBatch) -> RLBatch:

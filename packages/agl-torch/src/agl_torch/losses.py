@@ -17,6 +17,8 @@ gradients) add up to exactly those of the whole batch.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from agl_torch.settings import AGGREGATIONS, KL_KINDS, Aggregation, KLKind, check_choice
@@ -93,6 +95,8 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
+    proximal_logprobs: torch.Tensor | None = None,
+    importance_cap: float | None = None,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     aggregation: Aggregation = "token-mean",
@@ -117,28 +121,57 @@ def policy_loss(
     by the detached current logprobs: the token is treated as on-policy (``r = 1``, never
     clipped, gradient ``-A * grad log p``, i.e. REINFORCE).
 
+    **Off-policy data** (asynchronous training, ``LoopSettings(max_staleness=k)``): the
+    behaviour policy may be several updates older than the weights trained, and a trust region
+    around it no longer bounds the update. With ``proximal_logprobs`` the loss is decoupled
+    PPO (Hilton et al., 2022, "Batch size-invariance for policy optimization", as AReaL
+    applies it to asynchronous RL, Fu et al., 2025): the ratio is taken against a proximal
+    policy (the weights before this update), ``r = exp(logprobs - proximal_logprobs)``, and
+    each token is weighted by the importance weight of proximal over behaviour policy, ``w =
+    exp(proximal_logprobs - old_logprobs)`` (no gradient), truncated at ``importance_cap``
+    (truncated importance sampling, as in IMPALA's V-trace, Espeholt et al., 2018)::
+
+        loss_t = min(w, importance_cap) * max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))
+
+    On-policy data has ``w = 1`` and the loss is plain PPO-clip around the current weights.
+
     Args:
         logprobs: ``[B, T]`` current-policy logprobs (with gradient).
         old_logprobs: ``[B, T]`` behaviour logprobs, NaN where unknown.
         advantages: ``[B, T]`` per-token advantages.
         mask: ``[B, T]``, nonzero on trained tokens.
+        proximal_logprobs: ``[B, T]`` logprobs of the proximal policy (no gradient), for
+            decoupled PPO; None takes the ratio against the behaviour policy.
+        importance_cap: Truncates the importance weights of decoupled PPO (None: no cap).
         clip_low / clip_high: The trust region ``[1 - clip_low, 1 + clip_high]``.
         aggregation / weights / normalizer: As for :func:`aggregate`.
 
     Returns:
         ``(loss, metrics)``. Metrics are plain (unweighted) means over the masked tokens:
         ``clip_frac`` (tokens whose clipped branch was taken), ``approx_kl`` (the k3 estimate
-        ``r - 1 - log r`` of KL(behaviour || current)), ``ratio_mean``, ``ratio_max``, and
-        ``tokens`` (how many were counted).
+        ``r - 1 - log r`` of KL(behaviour or proximal || current)), ``ratio_mean``,
+        ``ratio_max``, and ``tokens`` (how many were counted); with ``proximal_logprobs`` also
+        ``importance_mean``, ``importance_max`` (before truncation) and
+        ``importance_truncated`` (the share of tokens whose weight was truncated).
     """
     counted = mask.bool()
     old = torch.where(torch.isnan(old_logprobs), logprobs.detach(), old_logprobs)
+    importance = None
+    if proximal_logprobs is not None:
+        # Unknown behaviour logprobs: the token counts as sampled by the proximal policy.
+        behaviour = torch.where(torch.isnan(old_logprobs), proximal_logprobs, old_logprobs)
+        log_weight = (proximal_logprobs - behaviour).masked_fill(~counted, 0.0)
+        importance = torch.exp(log_weight.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)).detach()
+        old = proximal_logprobs.detach()
     log_ratio = (logprobs - old).masked_fill(~counted, 0.0)
     log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    if importance is not None:
+        capped = importance if importance_cap is None else importance.clamp(max=importance_cap)
+        per_token = per_token * capped
     loss = aggregate(
         per_token, counted, aggregation=aggregation, weights=weights, normalizer=normalizer
     )
@@ -156,7 +189,15 @@ def policy_loss(
             ]
         ).tolist()
     names = ("clip_frac", "approx_kl", "ratio_mean", "ratio_max", "tokens")
-    return loss, dict(zip(names, statistics, strict=True))
+    metrics = dict(zip(names, statistics, strict=True))
+    if importance is not None:
+        with torch.no_grad():
+            cap = math.inf if importance_cap is None else importance_cap
+            metrics["importance_mean"] = float((importance * counted).sum() / denominator)
+            metrics["importance_max"] = float(importance.masked_fill(~counted, 0.0).max())
+            truncated = ((importance > cap) & counted).sum() / denominator
+            metrics["importance_truncated"] = float(truncated)
+    return loss, metrics
 
 
 def kl_penalty(

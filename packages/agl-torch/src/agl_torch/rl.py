@@ -24,6 +24,7 @@ the LLM resource).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -40,7 +41,12 @@ from agl import (
 )
 from agl.lightning import TransitionBuilder
 from agl_torch.served_policy import MODEL_ENV, ServedPolicy
-from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
+from agl_torch.settings import (
+    CheckpointSettings,
+    LearnerSettings,
+    OffPolicy,
+    ServingSettings,
+)
 
 __all__ = ["LightningRLTorch"]
 
@@ -100,13 +106,27 @@ class LightningRLTorch(StepAlgorithm):
                 field="model",
             )
         self.policy = ServedPolicy(
-            self.model, self.learner, self.sampling, self.serving, self.checkpoints
+            self.model, self.learner_settings(), self.sampling, self.serving, self.checkpoints
         )
         llm = await self.policy.start(ctx)
         return {self.resource: llm}
 
+    def learner_settings(self) -> LearnerSettings:
+        """The learner's settings for this run: ``off_policy="auto"`` settled by the loop
+        (decoupled PPO when it trains on data from older weights, ``max_staleness >= 1``)."""
+        if self.learner.off_policy != "auto":
+            return self.learner
+        off_policy: OffPolicy = "decoupled" if self.loop.max_staleness > 0 else "ppo"
+        return dataclasses.replace(self.learner, off_policy=off_policy)
+
     def resume_step(self) -> int:
         return self.policy.resumed_step if self.policy is not None else 0
+
+    def policy_version(self) -> int | None:
+        # The policy server's version: the one every response names, and the gateway records.
+        if self.policy is None or self.policy.server is None:
+            return None
+        return int(self.policy.server.engine.version)
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         import asyncio

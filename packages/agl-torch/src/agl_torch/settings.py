@@ -25,17 +25,22 @@ from agl import InvalidInputError, check_at_least
 __all__ = [
     "AGGREGATIONS",
     "KL_KINDS",
+    "OFF_POLICY",
     "Aggregation",
     "CheckpointSettings",
     "KLKind",
     "LearnerSettings",
     "LoraSettings",
+    "OffPolicy",
     "ServingSettings",
     "check_choice",
 ]
 
 Aggregation = Literal["token-mean", "sequence-mean"]
 KLKind = Literal["k1", "k2", "k3", "low_var_kl"]
+OffPolicy = Literal["auto", "ppo", "decoupled"]
+OFF_POLICY: tuple[str, ...] = get_args(OffPolicy)
+"""The values of :attr:`LearnerSettings.off_policy`."""
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 """The names :func:`~agl_torch.losses.aggregate` accepts."""
 KL_KINDS: tuple[str, ...] = get_args(KLKind)
@@ -86,6 +91,14 @@ class LearnerSettings:
         kl_coef: Weight of the KL penalty to the reference policy (0: none; RL only).
         kl_kind: The KL estimator (:func:`~agl_torch.losses.kl_penalty`).
         ppo_epochs: Optimizer steps per RL step, each over the whole batch.
+        off_policy: How the policy loss treats data from older weights
+            (:func:`~agl_torch.losses.policy_loss`): ``"ppo"`` takes the ratio against the
+            behaviour logprobs the engine sampled with; ``"decoupled"`` is decoupled PPO, the
+            ratio against the weights before the update and a truncated importance weight
+            from behaviour to those weights (one more forward pass per step); ``"auto"`` (the
+            default) is ``"decoupled"`` when the run's loop trains on stale data
+            (``LoopSettings(max_staleness >= 1)``) and ``"ppo"`` otherwise.
+        importance_cap: Truncates decoupled PPO's importance weights (None: no cap).
         lora: Train LoRA adapters only (needs ``agl-torch[lora]``).
         seed: Seeds torch's generators (LoRA's initial weights, dropout) and the order SFT
             goes through its conversations.
@@ -102,6 +115,8 @@ class LearnerSettings:
     kl_coef: float = 0.0
     kl_kind: KLKind = "low_var_kl"
     ppo_epochs: int = 1
+    off_policy: OffPolicy = "auto"
+    importance_cap: float | None = 2.0
     lora: LoraSettings | None = None
     seed: int = 0
 
@@ -118,6 +133,8 @@ class LearnerSettings:
         check_at_least(owner, "seed", self.seed, 0, integer=True)
         check_choice(self.aggregation, AGGREGATIONS, "aggregation")
         check_choice(self.kl_kind, KL_KINDS, "kl_kind")
+        check_choice(self.off_policy, OFF_POLICY, "off_policy")
+        check_at_least(owner, "importance_cap", self.importance_cap, 0, above=True, optional=True)
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise InvalidInputError(
                 f"LearnerSettings.betas must be two numbers in [0, 1), got {self.betas!r}",
