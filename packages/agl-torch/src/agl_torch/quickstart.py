@@ -26,6 +26,7 @@ checkpoints and the final ``model/``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import re
@@ -37,7 +38,18 @@ from typing import Any
 
 import agl
 
-__all__ = ["CALCULATOR_TOOL", "calculate", "calculator_agent", "demonstrations", "main", "tasks"]
+__all__ = [
+    "CALCULATOR_TOOL",
+    "calculate",
+    "calculator_agent",
+    "demonstrations",
+    "main",
+    "run",
+    "solve",
+    "tasks",
+    "train",
+    "warm_up_model",
+]
 
 CALCULATOR_TOOL: dict[str, Any] = {
     "type": "function",
@@ -110,6 +122,12 @@ def demonstrations(
 @agl.rollout
 async def calculator_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     """Answer ``task["question"]``, calling the calculator when the model asks for it."""
+    return await solve(task, llm)
+
+
+async def solve(task: dict[str, Any], llm: agl.LLM, *, pause: float = 0.0) -> float:
+    """The agent's work: the reward for answering ``task``. ``pause`` seconds pass after the
+    model's first reply, as a slow tool or environment step would make them pass."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "agl", max_retries=0)
@@ -125,6 +143,9 @@ async def calculator_agent(task: dict[str, Any], llm: agl.LLM) -> float:
                 temperature=float(llm.sampling_parameters.get("temperature", 1.0)),  # type: ignore[arg-type]
             )
             message = reply.choices[0].message
+            if pause:
+                await asyncio.sleep(pause)
+                pause = 0.0
             if not message.tool_calls:
                 answer = message.content or ""
                 break
@@ -182,48 +203,117 @@ def run(
     """The quickstart as a function (the learning test calls it with fewer steps)."""
     from rich.console import Console
 
-    from agl_torch.learner import Learner
-    from agl_torch.policy import load_policy
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import (
-        CheckpointSettings,
-        LearnerSettings,
-        ServingSettings,
-    )
-    from agl_torch.tiny import build_tiny_model, build_tokenizer
-
     console = Console(stderr=True)
     started = time.monotonic()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    train = tasks(steps * tasks_per_step, seed=seed + 1)
-    val = tasks(64, seed=seed + 2)
-    demos = demonstrations(tasks(200, seed=seed + 3), tool_share=tool_share, seed=seed)
+    warm = warm_up_model(
+        run_dir,
+        tool_share=tool_share,
+        epochs=warmup_epochs,
+        seed=seed,
+        lr=warmup_lr,
+        progress=progress,
+        console=console,
+    )
+    console.print(
+        f"[bold]3/3[/] RL: {steps} steps x {tasks_per_step} questions x {samples} samples"
+    )
+    summary = train(
+        warm,
+        run_dir,
+        steps=steps,
+        seed=seed,
+        lr=lr,
+        tasks_per_step=tasks_per_step,
+        samples=samples,
+        progress=progress,
+        verbose=verbose,
+        console=console,
+    )
+    summary["minutes"] = (time.monotonic() - started) / 60
+    console.print(
+        f"[bold green]done[/] in {summary['minutes']:.1f} min: validation reward "
+        f"{summary['val_before']:.2f} -> {summary['val_after']:.2f} "
+        f"(training reward, first 5 steps {summary['train_first5']:.2f} -> last 5 steps "
+        f"{summary['train_last5']:.2f}); curve: {run_dir / 'reward.png'}"
+    )
+    return summary
 
+
+def warm_up_model(
+    run_dir: Path,
+    *,
+    tool_share: float = 0.5,
+    epochs: int = 60,
+    seed: int = 0,
+    lr: float = 3e-3,
+    progress: bool = True,
+    console: Any = None,
+) -> Path:
+    """Steps 1 and 2: build the tiny model in code and warm it up on the sloppy teacher's
+    demonstrations; return the warmed-up model's folder (``run_dir/warm-model``)."""
+    from rich.console import Console
+
+    from agl_torch.learner import Learner
+    from agl_torch.policy import load_policy
+    from agl_torch.settings import LearnerSettings
+    from agl_torch.tiny import build_tiny_model, build_tokenizer
+
+    console = console or Console(stderr=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    demos = demonstrations(tasks(200, seed=seed + 3), tool_share=tool_share, seed=seed)
     console.print("[bold]1/3[/] building a tiny model in code (tokenizer, template, weights)")
     rendering = build_tokenizer()
     corpus = [
         rendering.apply_chat_template(d, tools=[CALCULATOR_TOOL], tokenize=False) for d in demos
     ]
     base = build_tiny_model(run_dir / "base-model", corpus=corpus, vocab_size=400, seed=seed)
-
     console.print(
         f"[bold]2/3[/] SFT warm-up on {len(demos)} demonstrations "
-        f"(the calculator in {tool_share:.0%} of them), {warmup_epochs} epochs"
+        f"(the calculator in {tool_share:.0%} of them), {epochs} epochs"
     )
     model, tokenizer = load_policy(base, device="cpu")
-    warmup = LearnerSettings(lr=warmup_lr, max_grad_norm=None, seed=seed)
+    warmup = LearnerSettings(lr=lr, max_grad_norm=None, seed=seed)
     learner = Learner(model, tokenizer, warmup, device="cpu")
-    _warm_up(learner, demos, warmup_epochs, seed, progress, console)
+    _warm_up(learner, demos, epochs, seed, progress, console)
     warm = run_dir / "warm-model"
     learner.save_pretrained(warm)
-    del learner, model
+    return warm
 
-    console.print(
-        f"[bold]3/3[/] RL: {steps} steps x {tasks_per_step} questions x {samples} samples"
+
+def train(
+    warm: Path,
+    run_dir: Path,
+    *,
+    steps: int = 30,
+    seed: int = 0,
+    lr: float = 5e-4,
+    tasks_per_step: int = 8,
+    samples: int = 8,
+    max_staleness: int = 0,
+    agent: Any = calculator_agent,
+    concurrency: int | None = None,
+    progress: bool = True,
+    verbose: bool = False,
+    console: Any = True,
+) -> dict[str, float]:
+    """Step 3: RL from the warmed-up model in ``warm``; return the validation reward before
+    and after, and the training reward's first and last 5-step means.
+
+    ``max_staleness`` overlaps rollouts and updates (:class:`agl.LoopSettings`); ``agent``
+    replaces the calculator agent (a slower one, say); ``concurrency`` is the runner's
+    (default: every rollout in flight at once).
+    """
+    from agl_torch.rl import LightningRLTorch
+    from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
+
+    train_tasks = tasks(steps * tasks_per_step, seed=seed + 1)
+    val = tasks(64, seed=seed + 2)
+    loop = agl.LoopSettings(
+        n_samples=samples, batch_size=tasks_per_step, max_steps=steps, max_staleness=max_staleness
     )
     algorithm = LightningRLTorch(
         warm,
-        loop=agl.LoopSettings(n_samples=samples, batch_size=tasks_per_step, max_steps=steps),
+        loop=loop,
         learner=LearnerSettings(lr=lr, seed=seed),
         serving=ServingSettings(device="cpu"),
         checkpoints=CheckpointSettings(every=10),
@@ -231,31 +321,22 @@ def run(
     trainer = agl.Trainer(
         algorithm=algorithm,
         run_dir=run_dir,
-        concurrency=tasks_per_step * samples,
+        concurrency=concurrency or tasks_per_step * samples * (max_staleness + 1),
         progress=progress,
         console=console,
         verbose=verbose,
         instrument=["openai"],
     )
-    result = trainer.fit(calculator_agent, train, val_dataset=val)
+    result = trainer.fit(agent, train_tasks, val_dataset=val)
     curve = [row for row in result.history if "reward/mean" in row]
     vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
-    first = statistics.fmean(r["reward/mean"] for r in curve[:5]) if curve else 0.0
-    last = statistics.fmean(r["reward/mean"] for r in curve[-5:]) if curve else 0.0
-    summary = {
+    return {
         "val_before": vals[0] if vals else float("nan"),
         "val_after": vals[-1] if vals else float("nan"),
-        "train_first5": first,
-        "train_last5": last,
-        "minutes": (time.monotonic() - started) / 60,
+        "train_first5": statistics.fmean(r["reward/mean"] for r in curve[:5]) if curve else 0.0,
+        "train_last5": statistics.fmean(r["reward/mean"] for r in curve[-5:]) if curve else 0.0,
+        "seconds": result.duration_s,
     }
-    console.print(
-        f"[bold green]done[/] in {summary['minutes']:.1f} min: validation reward "
-        f"{summary['val_before']:.2f} -> {summary['val_after']:.2f} "
-        f"(training reward, first 5 steps {first:.2f} -> last 5 steps {last:.2f}); "
-        f"curve: {run_dir / 'reward.png'}"
-    )
-    return summary
 
 
 def _warm_up(
