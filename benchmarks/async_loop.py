@@ -5,7 +5,7 @@ The model and task are the quickstart's (``agl_torch.quickstart``: the tiny mode
 warmed up once and shared by every run, then LightningRL with 8 questions x 8 samples a step).
 The agent is the quickstart's calculator agent made slow in the way real agents are: after the
 model's first reply, each rollout pauses for a delay drawn from a lognormal distribution with a
-median of 0.3 s and sigma 1.5 (p90 2.2 s, p99 10.4 s, capped at 20 s), as a slow tool call or
+median of 0.2 s and sigma 1.5 (p90 1.4 s, p99 6.9 s, capped at 10 s), as a slow tool call or
 environment step would. The delay depends only on the question, the sample index and the seed,
 so every run meets the same delays.
 
@@ -21,7 +21,7 @@ Rows, each over the RL part of a run (validation excluded):
 The synchronous run is repeated ``--sync-runs`` times (sampling is not seeded: the server
 batches requests as they come), and its spread (min..max of the final validation reward) is
 the yardstick the asynchronous runs' final reward is held to. Writes ``async_loop.png`` (the
-reward curve of every run) into ``--out``. Takes ~12 minutes on 2 cores with the defaults.
+reward curve of every run) into ``--out``. Takes ~15 minutes on 2 cores with the defaults.
 
 Run: ``uv run --no-sync python benchmarks/async_loop.py``.
 """
@@ -40,9 +40,9 @@ from typing import Any
 import agl
 from agl_torch.quickstart import solve, train, warm_up_model
 
-MEDIAN_S = 0.3
+MEDIAN_S = 0.2
 SIGMA = 1.5
-CAP_S = 20.0
+CAP_S = 10.0
 SEED = 0
 ROLLOUTS_PER_STEP = 64
 """The quickstart's step: 8 questions x 8 samples (every step takes that many, whole groups)."""
