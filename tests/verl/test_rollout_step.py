@@ -10,6 +10,7 @@ token for token against what the upstream returned.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from verl import DataProto
 
 import agl
 import agl._metrics
+from agl import semconv
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat, text_reply
 from agl_verl.rl import LightningRLVerl
 
@@ -275,3 +277,43 @@ def test_verl_trains_one_agent_of_several_on_that_agents_calls_only(
     metrics = next(r for r in agl.read_metrics(tmp_path / "run") if r.get("step") == 1)
     assert metrics["agents/writer/calls"] == 4
     assert metrics["agents/checker/calls"] == 4
+
+
+def test_with_max_staleness_calls_carry_the_resource_weight_version(
+    tmp_path: Path, model_dir: Path, engine_class: type[RecordingEngine]
+) -> None:
+    # vLLM names no weight version: the LLM resource published after each update does, and
+    # the gateway records it on every call of the rollouts enqueued with it.
+    algorithm = LightningRLVerl(
+        str(model_dir),
+        engine=RecordingEngine,
+        loop=agl.LoopSettings(n_samples=2, batch_size=1, max_steps=4, max_staleness=1),
+        config={"data.max_prompt_length": 256, "data.max_response_length": 64},
+    )
+    trainer = agl.Trainer(
+        algorithm, run_dir=tmp_path / "run", concurrency=16, console=False, plot=False
+    )
+    result = trainer.fit(judge, [{"questions": ["say yes", "say no"]}] * 4)
+    (engine,) = engine_class.instances
+    assert [step for step, _ in engine.batches] == [1, 2, 3, 4]
+    assert algorithm.version == 4
+    rows = [row for row in result.history if "staleness/max" in row]
+    assert len(rows) == 4
+    assert all(row["staleness/max"] <= 1 for row in rows)
+    assert not any(row.get("transitions/dropped/no_weight_version") for row in result.history)
+    assert [row["weights/version"] for row in rows] == [1.0, 2.0, 3.0, 4.0]
+    spans = asyncio.run(_gateway_versions(result.store_url))
+    assert set(spans) <= {0, 1, 2, 3}
+    assert 0 in spans
+
+
+async def _gateway_versions(url: str) -> list[int]:
+    async with agl.open_store(url) as store:
+        page = await store.query_rollouts(limit=100)
+        spans = [s for r in page.rollouts for s in await store.query_spans(r.rollout_id)]
+    gateway = semconv.SPAN_TYPE_GATEWAY
+    return [
+        int(span.attributes[semconv.AGL_WEIGHT_VERSION])  # type: ignore[arg-type]
+        for span in spans
+        if span.attributes.get(semconv.AGL_SPAN_TYPE) == gateway
+    ]

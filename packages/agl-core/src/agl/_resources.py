@@ -102,6 +102,12 @@ class LLM(Resource):
         api_key: The key to call ``endpoint`` with, if it needs one. Never stored: the runner
             sets it for an endpoint served by a gateway started with a token (from the
             runner's ``AGL_GATEWAY_TOKEN``), so agents pass ``api_key=llm.api_key``.
+        weight_version: The version of the weights behind ``endpoint`` when this resource was
+            published, for engines that do not name it on their responses (vLLM): the gateway
+            records it on such a rollout's calls. Responses that name a version
+            (``x-agl-weight-version``) are recorded with theirs. The weights may have moved on
+            by the time a call is served, so this version is never newer than the true one:
+            a staleness bound checked on it is kept, if anything too strictly.
     """
 
     type: Literal["llm"] = "llm"
@@ -109,6 +115,7 @@ class LLM(Resource):
     model: str = Field(min_length=1)
     sampling_parameters: dict[str, JsonValue] = Field(default_factory=dict)
     api_key: str | None = Field(default=None, exclude=True, repr=False)
+    weight_version: int | None = Field(default=None, ge=0)
 
     def for_attempt(self, rollout_id: str, attempt_id: str, *, api_key: str | None = None) -> LLM:
         """Return this LLM with ``{rollout_id}`` and ``{attempt_id}`` in its endpoint filled in.

@@ -23,8 +23,16 @@ generation step. Each step:
    ``DataProto``;
 4. :class:`~agl_verl.engine.VerlEngine` runs verl's update (old/reference logprobs, critic,
    advantages: agl's by default or any of verl's estimators, PPO update) and syncs the new
-   weights into the vLLM replicas; a new version of the LLM resource is published, so every
-   call records which policy version produced it.
+   weights into the vLLM replicas; a new version of the LLM resource is published, naming the
+   new weight version, so every call records which policy version produced it.
+
+With ``loop=agl.LoopSettings(max_staleness=k)`` the rollouts of the next ``k`` steps keep
+running while verl updates, on agl's own asynchronous loop (verl's fully asynchronous trainer
+is a separate recipe with its own rollout workers, not the engine this package drives). In
+verl's colocated layout the vLLM replicas sleep while the actor trains, so generation pauses
+during an update; the overlap is then in everything around it (agents, tools, the gateway,
+the store), and every call is recorded with the version of the LLM resource its rollout was
+enqueued with, an upper bound on its staleness (see :attr:`agl.LLM.weight_version`).
 """
 
 from __future__ import annotations
@@ -106,6 +114,9 @@ class LightningRLVerl(StepAlgorithm):
         self.config: DictConfig | None = None
         self.engine: Any = None
         self.llm: LLM | None = None
+        self.version = 0
+        """Weight updates synced into the vLLM replicas in this run (0: the weights loaded at
+        start, from the model or a checkpoint)."""
 
     # --- config -------------------------------------------------------------------------------
 
@@ -160,11 +171,17 @@ class LightningRLVerl(StepAlgorithm):
         )
         upstreams = await asyncio.to_thread(self.engine.start)
         model_name = await served_model(upstreams[0])
-        self.llm = await ctx.serve_llm(upstreams, model_name, self.sampling.parameters())
+        llm = await ctx.serve_llm(upstreams, model_name, self.sampling.parameters())
+        self.llm = llm.model_copy(update={"weight_version": self.version})
         return {self.resource: self.llm}
 
     def resume_step(self) -> int:
         return int(getattr(self.engine, "resumed_step", 0)) if self.engine is not None else 0
+
+    def policy_version(self) -> int | None:
+        # vLLM names no version on its responses: each update publishes the LLM resource with
+        # the new one, and the gateway records the resource's on every call of a rollout.
+        return self.version
 
     async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]:
         assert self.engine is not None, "step() before setup()"
@@ -184,8 +201,11 @@ class LightningRLVerl(StepAlgorithm):
         )
         metrics = await asyncio.to_thread(self.engine.update, data, batch.step)
         batch.metrics.update(metrics)
-        # The same servers with new weights: a new resource version, so every later call
-        # records which update produced it.
+        # The same servers with new weights: a new resource version naming the new weight
+        # version, so every later call records which update produced it.
+        self.version += 1
+        self.llm = self.llm.model_copy(update={"weight_version": self.version})
+        batch.metrics["weights/version"] = float(self.version)
         return {self.resource: self.llm}
 
     async def close(self, ctx: AlgorithmContext) -> None:

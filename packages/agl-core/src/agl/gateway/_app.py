@@ -209,10 +209,15 @@ class Gateway:
             return _error(404, exc.message)
         except AglError as exc:
             return _error(503, f"the gateway cannot reach its store: {exc.message}")
+        llm = None
         if self.enforce_resources:
-            body = await self._enforce(body, resources_id, request.headers.get("host", ""))
+            llm = await self._llm_for(body, resources_id, request.headers.get("host", ""))
+            if llm is not None:
+                body = {**body, **llm.sampling_parameters, "model": llm.model}
         upstream = self.upstream_for(rollout_id)
         record = CallRecord(rollout_id, attempt_id, kind, upstream, body, resources_id=resources_id)
+        # An upstream that names its weight version overrides this (see take_headers).
+        record.weight_version = None if llm is None else llm.weight_version
         forwarded = _ask_for_tokens(body, kind)
         url = f"{upstream}/{'chat/completions' if kind == 'chat' else 'completions'}"
         headers = self._headers(request)
@@ -343,21 +348,19 @@ class Gateway:
         self._known[key] = resources_id
         return resources_id
 
-    async def _enforce(
+    async def _llm_for(
         self, body: dict[str, Any], resources_id: str | None, host: str
-    ) -> dict[str, Any]:
+    ) -> LLM | None:
+        """The rollout's LLM resource this call came through (see :func:`_served_here`)."""
         if resources_id is None:
-            return body
+            return None
         asked = body.get("model")
         key = (resources_id, host, asked if isinstance(asked, str) else "")
         if key not in self._llm_by_resources:
             update = await self.store.get_resources(resources_id)
             llms = [r for r in (update.resources.values() if update else []) if isinstance(r, LLM)]
             self._llm_by_resources[key] = _served_here(llms, host, key[2])
-        llm = self._llm_by_resources[key]
-        if llm is None:
-            return body
-        return {**body, **llm.sampling_parameters, "model": llm.model}
+        return self._llm_by_resources[key]
 
 
 def _served_here(llms: list[LLM], host: str, asked: str) -> LLM | None:
