@@ -44,8 +44,6 @@ MEDIAN_S = 0.2
 SIGMA = 1.5
 CAP_S = 10.0
 SEED = 0
-ROLLOUTS_PER_STEP = 64
-"""The quickstart's step: 8 questions x 8 samples (every step takes that many, whole groups)."""
 
 
 def delay(question: str, sample: int, seed: int = SEED) -> float:
@@ -61,11 +59,11 @@ async def slow_calculator(task: dict[str, Any], llm: agl.LLM, rollout: agl.Rollo
     return await solve(task, llm, pause=delay(task["question"], int(sample)))  # type: ignore[arg-type]
 
 
-def figures(run_dir: Path, summary: dict[str, float]) -> dict[str, float]:
+def figures(run_dir: Path, summary: dict[str, float], per_step: int) -> dict[str, float]:
     rows = [row for row in agl.read_metrics(run_dir) if "time/step_s" in row]
     wall = sum(row["time/step_s"] for row in rows)
     waited = sum(row["time/rollout_s"] for row in rows)
-    taken = len(rows) * ROLLOUTS_PER_STEP
+    taken = len(rows) * per_step  # every step takes whole groups: questions x samples
     stale = sum(row.get("transitions/dropped_rollouts/stale") or 0 for row in rows)
     return {
         "wall": wall,
@@ -84,6 +82,10 @@ def main() -> None:
     parser.add_argument("--sync-runs", type=int, default=3, help="synchronous runs (spread)")
     parser.add_argument("--staleness", default="1,2", help="asynchronous runs' max_staleness")
     parser.add_argument("--out", type=Path, default=Path("runs/async-loop"))
+    parser.add_argument("--warmup-epochs", type=int, default=60, help="SFT warm-up epochs")
+    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=8, help="rollouts per question")
+    parser.add_argument("--val", type=int, default=64, help="validation questions")
     args = parser.parse_args()
     delays = [delay(f"q{i}", s) for i in range(2000) for s in range(8)]
     median, p90 = statistics.median(delays), statistics.quantiles(delays, n=10)[-1]
@@ -93,7 +95,7 @@ def main() -> None:
         f"p90 {p90:.2f} s, p99 {p99:.2f} s, max {max(delays):.1f} s"
     )
     started = time.monotonic()
-    warm = warm_up_model(args.out / "warm", seed=SEED, progress=False)
+    warm = warm_up_model(args.out / "warm", seed=SEED, epochs=args.warmup_epochs, progress=False)
     print(f"warm-up (shared by every run): {time.monotonic() - started:.0f} s")
     runs = [(0, i) for i in range(args.sync_runs)]
     runs += [(int(k), 0) for k in args.staleness.split(",") if k.strip()]
@@ -106,21 +108,25 @@ def main() -> None:
             steps=args.steps,
             seed=SEED,
             max_staleness=staleness,
+            tasks_per_step=args.tasks_per_step,
+            samples=args.samples,
+            val_tasks=args.val,
             agent=slow_calculator,
             progress=False,
             console=False,
         )
-        results[(staleness, repeat)] = figures(run_dir, summary)
+        per_step = args.tasks_per_step * args.samples
+        results[(staleness, repeat)] = figures(run_dir, summary, per_step)
         row = results[(staleness, repeat)]
         print(
             f"max_staleness={staleness} run {repeat}: {row['wall']:.0f} s, "
             f"val {row['val_before']:.2f} -> {row['val_after']:.2f}"
         )
-    report(results, args.steps)
+    report(results, args.steps, args.samples)
     plot(results, args.out)
 
 
-def report(results: dict[tuple[int, int], dict[str, float]], steps: int) -> None:
+def report(results: dict[tuple[int, int], dict[str, float]], steps: int, samples: int) -> None:
     sync = [row for (k, _), row in results.items() if k == 0]
     sync_wall = statistics.fmean(row["wall"] for row in sync)
     finals = [row["val_after"] for row in sync]
@@ -135,7 +141,7 @@ def report(results: dict[tuple[int, int], dict[str, float]], steps: int) -> None
         name = f"max_staleness={k}" + (f" (run {repeat + 1})" if k == 0 else "")
         print(
             f"| {name} | {row['wall']:.0f} | {sync_wall / row['wall']:.2f}x "
-            f"| {row['wait']:.0%} | {row['rollouts_per_s']:.1f} | {row['stale'] / 8:.0f} "
+            f"| {row['wait']:.0%} | {row['rollouts_per_s']:.1f} | {row['stale'] / samples:.0f} "
             f"| {row['val_before']:.2f} -> {row['val_after']:.2f} | {row['last5']:.2f} |"
         )
     print()
@@ -168,7 +174,7 @@ def plot(results: dict[tuple[int, int], dict[str, float]], out: Path) -> None:
         style = "-" if k else ":"
         axis.plot([r["step"] for r in rows], [r["reward/mean"] for r in rows], style, label=label)
     axis.set_xlabel("update")
-    axis.set_ylabel("training reward (mean of 64 rollouts)")
+    axis.set_ylabel("training reward (mean of a step's rollouts)")
     axis.set_title("quickstart, long-tailed agent: reward per update")
     axis.legend()
     figure.tight_layout()

@@ -42,6 +42,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ["--batch", "4", "--new-tokens", "4", "--repeat", "1", "--steps", "0"],
             "rl_step, 4 x 44 tokens",
         ),
+        (
+            "async_loop.py",
+            [
+                *("--steps", "2", "--sync-runs", "1", "--staleness", "1"),
+                *("--warmup-epochs", "1", "--tasks-per-step", "2", "--samples", "2"),
+                *("--val", "2", "--out", "{tmp}"),
+            ],
+            "max_staleness=1: ",
+        ),
     ],
     ids=[
         "store",
@@ -51,11 +60,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "lightning",
         "postgres_cpu",
         "torch_loop",
+        "async_loop",
     ],
 )
 def test_the_benchmark_runs_on_a_small_workload(
-    script: str, arguments: list[str], expected: str
+    script: str, arguments: list[str], expected: str, tmp_path: Path
 ) -> None:
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *arguments],
         check=False,

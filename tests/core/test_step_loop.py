@@ -9,6 +9,11 @@ slow (its first call comes at once, its second after a long pause): the long tai
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ import pytest
 import agl
 from agl.lightning import TransitionBuilder
 from agl.testing.openai_server import OpenAIServer
+from agl.testing.processes import write_agent
 
 SLOW_SECONDS = 2.5
 UPDATE_SECONDS = 0.3
@@ -163,3 +169,81 @@ def test_max_staleness_is_checked() -> None:
         agl.LoopSettings(max_staleness=-1)
     with pytest.raises(agl.InvalidInputError, match="max_staleness"):
         agl.LoopSettings(max_staleness=1.5)  # type: ignore[arg-type]
+
+
+MARKING_AGENT = """
+    import asyncio
+    import os
+    from pathlib import Path
+
+    import openai
+
+    import agl
+
+
+    @agl.rollout
+    async def agent(task, llm, rollout):
+        marks = Path(task["marks"])
+        (marks / f"{os.getpid()}-{rollout.rollout_id}").touch()  # this runner is on it now
+        client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="-", max_retries=0)
+        async with client:
+            await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": "go"}]
+            )
+        await asyncio.sleep(task["delay"])
+        return float(rollout.metadata["sample"])
+"""
+
+
+def test_a_runner_killed_mid_rollout_with_overlap_is_retried_and_trained_once(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    module = write_agent(tmp_path, "marking", MARKING_AGENT).split(":")[0]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        agent = importlib.import_module(module).agent
+        settings = agl.LoopSettings(batch_size=2, n_samples=2, max_staleness=1)
+        algorithm = ActedUpdates(server, settings)
+        config = agl.RolloutConfig(
+            unresponsive_seconds=2.0,
+            max_attempts=3,
+            retry_on=frozenset({agl.AttemptStatus.UNRESPONSIVE}),
+        )
+        trainer = agl.Trainer(
+            algorithm,
+            run_dir=tmp_path / "run",
+            n_runners=2,
+            concurrency=4,
+            rollout_config=config,
+            console=False,
+            progress=False,
+            plot=False,
+        )
+        killed: list[int] = []
+
+        def kill_the_first_runner_seen_at_work() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not killed:
+                for mark in marks.iterdir():
+                    pid = int(mark.name.split("-")[0])
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_the_first_runner_seen_at_work)
+        killer.start()
+        tasks = [{"delay": 1.0, "marks": str(marks)} for _ in range(8)]
+        result = trainer.fit(agent, tasks)
+        killer.join()
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert killed
+    assert result.totals["retried"] >= 1  # the killed runner's rollouts ran again elsewhere
+    steps = algorithm.seen
+    assert [seen.step for seen in steps] == [1, 2, 3, 4]
+    trained = [group for seen in steps for group in seen.groups]
+    assert len(trained) == len(set(trained))  # no group trained twice
+    assert all(0 <= lag <= 1 for seen in steps for lag in seen.lags)

@@ -28,16 +28,24 @@ def _steps(run_dir: Path) -> list[int]:
     return [row["step"] for row in read_metrics(run_dir) if "actor/loss" in row]
 
 
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's model after its SFT warm-up (seed 0), shared by the learning tests."""
+    from agl_torch.quickstart import warm_up_model
+
+    return warm_up_model(tmp_path_factory.mktemp("quickstart"), seed=0, progress=False)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # ~100 s alone on 2 cores; a busy machine can double that
-def test_quickstart_learns_with_a_fixed_seed(tmp_path: Path) -> None:
-    from agl_torch.quickstart import run
+def test_quickstart_learns_with_a_fixed_seed(warm_model: Path, tmp_path: Path) -> None:
+    from agl_torch.quickstart import train
 
     # The quickstart's settings, fewer steps. Sampling is not seeded (the server batches
     # requests as they come), and one step's 64 samples are noisy (a run's steps range over
     # +-0.2), so the test reads 5-step means after 25 steps, where a run has risen ~0.3
     # (15 steps with 3-step means failed on a noisy run: the rise starts around step 12).
-    summary = run(tmp_path / "run", steps=25, seed=0, progress=False)
+    summary = train(warm_model, tmp_path / "run", steps=25, seed=0, progress=False, console=False)
     rows = [row for row in read_metrics(tmp_path / "run") if "actor/loss" in row]
     first = statistics.fmean(row["reward/mean"] for row in rows[:5])
     last = statistics.fmean(row["reward/mean"] for row in rows[-5:])
@@ -45,16 +53,51 @@ def test_quickstart_learns_with_a_fixed_seed(tmp_path: Path) -> None:
     assert summary["val_after"] > summary["val_before"] + 0.2, summary
     assert (tmp_path / "run" / "reward.png").stat().st_size > 0
     assert (tmp_path / "run" / "model" / "config.json").is_file()
+    assert not any(row.get("staleness/max") for row in rows)  # synchronous: nothing to check
 
 
-def test_resume_continues_from_the_checkpointed_step(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quickstart_learns_with_rollouts_and_updates_overlapping(
+    warm_model: Path, tmp_path: Path
+) -> None:
+    from agl_torch.quickstart import train
+
+    # As above, with max_staleness=1: the next step's rollouts run while the update runs, and
+    # the loss is decoupled PPO.
+    summary = train(
+        warm_model,
+        tmp_path / "run",
+        steps=25,
+        seed=0,
+        max_staleness=1,
+        progress=False,
+        console=False,
+    )
+    rows = [row for row in read_metrics(tmp_path / "run") if "actor/loss" in row]
+    assert len(rows) == 25
+    assert all(row["staleness/max"] <= 1 for row in rows)
+    assert any(row["staleness/max"] == 1 for row in rows)  # it did train on older data
+    assert all("actor/importance_mean" in row for row in rows)
+    first = statistics.fmean(row["reward/mean"] for row in rows[:5])
+    last = statistics.fmean(row["reward/mean"] for row in rows[-5:])
+    assert last > first + 0.15, (first, last)
+    assert summary["val_after"] > summary["val_before"] + 0.2, summary
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_resume_continues_from_the_checkpointed_step(
+    tiny_model_dir: Path, tmp_path: Path, max_staleness: int
+) -> None:
     run_dir = tmp_path / "run"
     train = tasks(8, seed=1)
 
     def algorithm(max_steps: int, resume: bool) -> LightningRLTorch:
         return LightningRLTorch(
             tiny_model_dir,
-            loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=max_steps),
+            loop=agl.LoopSettings(
+                n_samples=2, batch_size=2, max_steps=max_steps, max_staleness=max_staleness
+            ),
             learner=LearnerSettings(lr=1e-3),
             sampling=agl.SamplingSettings(max_tokens=8),
             # a random model's rewards are all 0: keep those groups so every step updates
@@ -88,6 +131,11 @@ def test_resume_continues_from_the_checkpointed_step(tiny_model_dir: Path, tmp_p
     assert kept == ["step-000003", "step-000004"]
     rows = [row for row in read_metrics(run_dir) if "actor/loss" in row]
     assert [row["weights/version"] for row in rows[2:]] == [2.0, 3.0]  # 1 = the restored weights
+    if max_staleness:
+        # Trained on data at most one version old, counted on the versions calls recorded
+        # (after the resume the server counts again from the restored weights, version 1).
+        assert all(row["staleness/max"] <= 1 for row in rows)
+        assert all(row["actor/importance_mean"] > 0 for row in rows)
 
 
 def test_resume_from_a_path_that_is_not_a_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -43,7 +43,10 @@ async def write_then_check(task: dict[str, Any], llm: agl.LLM, checker_llm: agl.
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_models_train_at_once_each_on_its_own_agents_calls(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_two_models_train_at_once_each_on_its_own_agents_calls(
+    tmp_path: Path, max_staleness: int
+) -> None:
     models = {
         name: build_tiny_model(tmp_path / f"{name}-base", corpus=CORPUS, seed=seed)
         for name, seed in (("writer", 0), ("checker", 1))
@@ -54,7 +57,9 @@ def test_two_models_train_at_once_each_on_its_own_agents_calls(tmp_path: Path) -
             models[agent],
             resource=resource,
             serving=ServingSettings(model_name=f"{agent}-policy"),
-            loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),
+            loop=agl.LoopSettings(
+                n_samples=2, batch_size=2, max_steps=2, max_staleness=max_staleness
+            ),
             sampling=agl.SamplingSettings(max_tokens=6),
             # a random model's rewards may tie within a group: keep those groups too
             transitions=agl.TransitionBuilder(drop_zero_variance=False),
@@ -91,6 +96,9 @@ def test_two_models_train_at_once_each_on_its_own_agents_calls(tmp_path: Path) -
         assert row["agents/checker/transitions"] == 4
         assert row["lightningrl-torch-writer/actor/updates"] > 0
         assert row["lightningrl-torch-checker/actor/updates"] > 0
+        if max_staleness:  # each model's data held to its own weight versions
+            assert row["lightningrl-torch-writer/staleness/max"] <= 1
+            assert row["lightningrl-torch-checker/staleness/max"] <= 1
 
     # their files stay apart: checkpoints and the final model under each one's folder
     for label in ("lightningrl-torch-writer", "lightningrl-torch-checker"):

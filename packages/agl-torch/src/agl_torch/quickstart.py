@@ -290,6 +290,7 @@ def train(
     tasks_per_step: int = 8,
     samples: int = 8,
     max_staleness: int = 0,
+    val_tasks: int = 64,
     agent: Any = calculator_agent,
     concurrency: int | None = None,
     progress: bool = True,
@@ -299,15 +300,15 @@ def train(
     """Step 3: RL from the warmed-up model in ``warm``; return the validation reward before
     and after, and the training reward's first and last 5-step means.
 
-    ``max_staleness`` overlaps rollouts and updates (:class:`agl.LoopSettings`); ``agent``
-    replaces the calculator agent (a slower one, say); ``concurrency`` is the runner's
-    (default: every rollout in flight at once).
+    ``max_staleness`` overlaps rollouts and updates (:class:`agl.LoopSettings`); ``val_tasks``
+    questions validate before and after; ``agent`` replaces the calculator agent (a slower
+    one, say); ``concurrency`` is the runner's (default: every rollout in flight at once).
     """
     from agl_torch.rl import LightningRLTorch
     from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
     train_tasks = tasks(steps * tasks_per_step, seed=seed + 1)
-    val = tasks(64, seed=seed + 2)
+    val = tasks(val_tasks, seed=seed + 2)
     loop = agl.LoopSettings(
         n_samples=samples, batch_size=tasks_per_step, max_steps=steps, max_staleness=max_staleness
     )
