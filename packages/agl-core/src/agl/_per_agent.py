@@ -52,10 +52,10 @@ class PerAgent(Algorithm):
         algorithms: Agent name or pattern -> :class:`~agl.StepAlgorithm`, or None (frozen).
             One algorithm may serve several keys. (``Trainer(algorithm={...})`` also takes
             names of installed algorithms, and builds each once.)
-        n_epochs / batch_size / n_samples / max_steps: The shared loop. By default taken from
-            the algorithms, which must then agree; algorithms that follow the loop
-            (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer) take the
-            others' settings and are not asked.
+        n_epochs / batch_size / n_samples / max_steps / max_staleness: The shared loop. By
+            default taken from the algorithms, which must then agree; algorithms that follow
+            the loop (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer)
+            take the others' settings and are not asked.
         step_timeout: How long a step waits for its rollouts (default: the shortest of the
             algorithms' :attr:`~agl.StepAlgorithm.step_timeout`).
     """
@@ -71,6 +71,7 @@ class PerAgent(Algorithm):
         n_samples: int | None = None,
         max_steps: int | None = None,
         step_timeout: float | None = None,
+        max_staleness: int | None = None,
     ) -> None:
         if not isinstance(algorithms, Mapping) or not algorithms:
             raise InvalidInputError(
@@ -122,6 +123,7 @@ class PerAgent(Algorithm):
             batch_size=self._agree("batch_size", batch_size),
             n_samples=self._agree("n_samples", n_samples),
             max_steps=self._agree("max_steps", max_steps),
+            max_staleness=self._agree("max_staleness", max_staleness),
             step_timeout=step_timeout
             if step_timeout is not None
             else min((t for t in timeouts if t is not None), default=None),
