@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         (
             "async_loop.py",
             [
-                *("--steps", "2", "--sync-runs", "1", "--staleness", "1"),
+                *("--steps", "2", "--sync-runs", "1", "--staleness", "1", "--cap", "0.3"),
                 *("--warmup-epochs", "1", "--tasks-per-step", "2", "--samples", "2"),
                 *("--val", "2", "--out", "{tmp}"),
             ],
