@@ -42,11 +42,6 @@ class RolloutStream:
         self._pending: set[str] = set()  # launched and not finished
         self._finished: dict[str, RolloutResult] = {}
 
-    @property
-    def waiting(self) -> int:
-        """Groups launched and not taken yet (finished or not)."""
-        return len(self._groups)
-
     async def launch(
         self,
         tasks: Sequence[JsonValue],
