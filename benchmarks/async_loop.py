@@ -21,7 +21,7 @@ Rows, each over the RL part of a run (validation excluded):
 The synchronous run is repeated ``--sync-runs`` times (sampling is not seeded: the server
 batches requests as they come), and its spread (min..max of the final validation reward) is
 the yardstick the asynchronous runs' final reward is held to. Writes ``async_loop.png`` (the
-reward curve of every run) into ``--out``. Takes ~15 minutes on 2 cores with the defaults.
+reward curve of every run) into ``--out``. Takes ~17 minutes on 2 cores with the defaults.
 
 Run: ``uv run --no-sync python benchmarks/async_loop.py``.
 """
