@@ -35,9 +35,11 @@ FACADES = {
     },
     "agl.tracing": {
         "Instrumentor", "InstrumentorFactory", "Normalize", "NormalizingSpan",
-        "NormalizingTracerProvider", "OpenAIInstrumentation", "PatchingInstrumentor",
-        "RolloutBinding", "ScriptInstrumentation", "SenderStats", "SpanSender", "Tracer",
-        "current_binding", "is_llm_span", "tool_attributes",
+        "NormalizingTracerProvider", "OpenAIInstrumentation", "OpenInferenceInstrumentor",
+        "PatchingInstrumentor", "RolloutBinding", "ScriptAPI", "ScriptInstrumentation",
+        "SenderStats", "SpanSender", "Tracer", "agent_attributes", "current_binding",
+        "is_llm_span", "note_response", "openinference_attributes", "patch", "script_api",
+        "tool_attributes",
     },
     "agl.lightning": {
         "GRPO", "INFRASTRUCTURE_STATUSES", "RLOO", "AdvantageEstimator", "AgentSelector",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl.tracing._instrumentor import ScriptInstrumentation
+import pytest
+
+from agl.tracing._instrumentor import ScriptInstrumentation, script_api
 
 
 class _Recorder:
@@ -33,3 +35,19 @@ def test_same_tracer_keeps_it_another_moves_it_and_uninstrument_stops_it() -> No
     script.uninstrument()
     assert not b.instrumented
     script.uninstrument()  # nothing active: nothing happens
+
+
+def test_script_api_loads_the_instrumentor_only_when_asked() -> None:
+    instrument, uninstrument, getattr_ = script_api(f"{__name__}:_Recorder", "Recorder")
+    assert instrument.__module__ == (__name__.rpartition(".")[0] or __name__)
+    assert "Trace Recorder into" in (instrument.__doc__ or "")
+    assert getattr_("_Recorder") is _Recorder
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        getattr_("nope")
+    tracer = object()
+    active = instrument(tracer)
+    assert isinstance(active, _Recorder)
+    assert active.instrumented
+    assert instrument(tracer) is active
+    uninstrument()
+    assert not active.instrumented

@@ -10,7 +10,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agl import semconv
-from agl.tracing._openinference import NormalizingTracerProvider, tool_attributes
+from agl.tracing._normalizing import (
+    NormalizingTracerProvider,
+    agent_attributes,
+    note_response,
+    openinference_attributes,
+    tool_attributes,
+)
 
 
 def test_spans_get_the_normalized_attributes_before_they_are_exported() -> None:
@@ -52,3 +58,37 @@ def test_tool_attributes_come_from_openinference_input_and_output() -> None:
     mine = tool_attributes("t", {"output.value": "raw"}, result="read my way")
     assert mine[semconv.AGL_TOOL_RESULT] == "read my way"
     assert semconv.AGL_TOOL_RESULT not in tool_attributes("t", {"output.value": "x"}, result=None)
+
+
+def test_openinference_kinds_become_agent_and_tool_spans() -> None:
+    agent = {"openinference.span.kind": "AGENT", "graph.node.id": "writer"}
+    assert openinference_attributes("run", agent) == agent_attributes("writer")
+    named = {**agent, "agent.name": "Writer"}
+    assert openinference_attributes("run", named)[semconv.AGL_AGENT_NAME] == "Writer"
+    assert openinference_attributes("run", {"openinference.span.kind": "AGENT"}) == {}
+    by_span = openinference_attributes(
+        "critic.turn", {"openinference.span.kind": "AGENT"}, lambda name, _: name.split(".")[0]
+    )
+    assert by_span[semconv.AGL_AGENT_NAME] == "critic"
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "add", "output.value": "3"}
+    assert openinference_attributes("add", tool) == tool_attributes("add", tool)
+    assert openinference_attributes("x", {"openinference.span.kind": "LLM"}) == {}
+
+
+def test_note_response_marks_only_a_current_llm_span() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = NormalizingTracerProvider(provider, lambda name, attributes: {}).get_tracer("t")
+    assert note_response("chatcmpl-0") is False  # no current span
+    with tracer.start_as_current_span("chain", attributes={"openinference.span.kind": "CHAIN"}):
+        assert note_response("chatcmpl-1", "m") is False
+    with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM"}):
+        assert note_response("chatcmpl-2", "m") is True
+        assert note_response("", None) is True  # nothing to add: unchanged
+    with provider.get_tracer("plain").start_as_current_span("outside"):
+        assert note_response("chatcmpl-3") is False  # not started through the view
+    attributes = {s.name: dict(s.attributes or {}) for s in exporter.get_finished_spans()}
+    assert attributes["llm"][semconv.GEN_AI_RESPONSE_ID] == "chatcmpl-2"
+    assert attributes["llm"][semconv.GEN_AI_RESPONSE_MODEL] == "m"
+    assert semconv.GEN_AI_RESPONSE_ID not in attributes["chain"]

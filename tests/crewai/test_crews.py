@@ -31,8 +31,7 @@ from agl.testing.gateway_rollouts import (
 )
 from agl.testing.openai_server import OpenAIServer, Reply, decode, sequence, tool_reply
 from agl.tracing._openai import OpenAIInstrumentation
-from agl_crewai._normalize import TASK_NAME
-from agl_crewai.instrumentor import CrewAIInstrumentor
+from agl_crewai.instrumentor import TASK_NAME, CrewAIInstrumentor
 
 pytestmark = pytest.mark.anyio
 

@@ -1,11 +1,10 @@
-"""The instrumentor's life cycle, the script helpers, the plugin and the public surface."""
+"""The adapter package (the shared suite), and what is the Agents SDK's own: trace processors,
+Responses API calls, runs in flight at uninstrument, a release without the wrapped steps."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -23,14 +22,25 @@ from agents.tracing import Span, Trace, TracingProcessor, get_trace_provider
 from openai import AsyncOpenAI
 
 import agl
-import agl_openai_agents
 from agl import RolloutRequest, semconv
 from agl.store._memory import MemoryStore
+from agl.testing.adapter import AdapterConformance
 from agl.testing.instrumentor import RecordingOpenAIServer
 from agl.testing.openai_server import OpenAIServer, Reply, echo
 from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
 
 PATCHED = ("_fetch_response", "_populate_stream_generation_span")
+
+
+class TestOpenAIAgentsAdapter(AdapterConformance):
+    package = "agl_openai_agents"
+    plugin = "openai-agents"
+    instrumentor = "OpenAIAgentsInstrumentor"
+    framework_modules = ("agents", "openai")
+    patched = tuple(
+        ("agents.models.openai_chatcompletions:OpenAIChatCompletionsModel", name)
+        for name in PATCHED
+    )
 
 
 class Recorder(TracingProcessor):
@@ -211,58 +221,3 @@ def test_without_the_steps_it_wraps_calls_go_without_response_ids(
         assert vars(OpenAIChatCompletionsModel)["_fetch_response"] is fetch
     finally:
         instrumentor.uninstrument()
-
-
-def test_one_tracer_at_a_time_traces_the_sdk(tracers: tuple[agl.Tracer, agl.Tracer]) -> None:
-    first, second = (OpenAIAgentsInstrumentor(tracer) for tracer in tracers)
-    first.instrument()
-    try:
-        with pytest.raises(agl.AglError, match="already instrumented"):
-            second.instrument()
-        assert second.instrumented is False
-        assert first.instrumented is True
-    finally:
-        first.uninstrument()
-    second.instrument()
-    assert second.instrumented is True
-    second.uninstrument()
-
-
-def test_instrument_and_uninstrument_for_a_script(tracers: tuple[agl.Tracer, agl.Tracer]) -> None:
-    first, second = tracers
-    try:
-        instrumentor = agl_openai_agents.instrument(first)
-        assert isinstance(instrumentor, OpenAIAgentsInstrumentor)
-        assert instrumentor.instrumented is True
-        assert agl_openai_agents.instrument(first) is instrumentor
-        moved = agl_openai_agents.instrument(second)
-        assert moved.tracer is second
-        assert moved.instrumented is True
-        assert instrumentor.instrumented is False
-    finally:
-        agl_openai_agents.uninstrument()
-    assert moved.instrumented is False
-    agl_openai_agents.uninstrument()  # nothing active: nothing happens
-
-
-def test_the_public_surface() -> None:
-    assert agl_openai_agents.__all__ == ["OpenAIAgentsInstrumentor", "instrument", "uninstrument"]
-    assert agl_openai_agents.OpenAIAgentsInstrumentor is OpenAIAgentsInstrumentor
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        agl_openai_agents.nope  # noqa: B018
-
-
-def test_finding_the_instrumentor_imports_no_agents_sdk() -> None:
-    """Every agl process resolving plugin names loads this plugin: it must stay light."""
-    code = (
-        "import sys\n"
-        "import agl_openai_agents\n"
-        "from agl.plugins import PluginManager\n"
-        "from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor\n"
-        "found = PluginManager().provided('agl_instrumentors')\n"
-        "assert found['openai-agents'] is OpenAIAgentsInstrumentor\n"
-        "heavy = [m for m in ('agents', 'openai', 'openinference.instrumentation')\n"
-        "         if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

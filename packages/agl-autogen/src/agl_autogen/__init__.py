@@ -17,46 +17,15 @@ neither AutoGen nor openinference.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from agl.tracing import ScriptInstrumentation
+from agl.tracing import script_api
 
 if TYPE_CHECKING:
-    import agl
     from agl_autogen.instrumentor import AutogenInstrumentor
 
 __all__ = ["AutogenInstrumentor", "instrument", "uninstrument"]
 
-
-def _build(tracer: agl.Tracer) -> AutogenInstrumentor:
-    from agl_autogen.instrumentor import AutogenInstrumentor
-
-    return AutogenInstrumentor(tracer)
-
-
-_script: ScriptInstrumentation[AutogenInstrumentor] = ScriptInstrumentation(_build)
-
-
-def instrument(tracer: agl.Tracer) -> AutogenInstrumentor:
-    """Trace AutoGen into ``tracer``'s rollouts until :func:`uninstrument`.
-
-    Calling it again with the same tracer does nothing; with another tracer, it moves the
-    tracing there.
-
-    Returns:
-        The instrumentor, for code that wants to manage it itself.
-    """
-    return _script.instrument(tracer)
-
-
-def uninstrument() -> None:
-    """Stop what :func:`instrument` started (nothing happens if it is not active)."""
-    _script.uninstrument()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "AutogenInstrumentor":
-        from agl_autogen.instrumentor import AutogenInstrumentor
-
-        return AutogenInstrumentor
-    raise AttributeError(f"module 'agl_autogen' has no attribute {name!r}")
+instrument, uninstrument, __getattr__ = script_api(
+    "agl_autogen.instrumentor:AutogenInstrumentor", "AutoGen"
+)

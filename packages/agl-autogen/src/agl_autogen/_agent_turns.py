@@ -14,32 +14,33 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["close_agent_turns"]
+from agl.tracing import patch
 
-logger = logging.getLogger(__name__)
+__all__ = ["close_agent_turns"]
 
 
 def close_agent_turns(undo: contextlib.ExitStack) -> None:
     """Patch ``AssistantAgent.on_messages`` to close its turn's stream; push the undoing."""
     from autogen_agentchat.agents import AssistantAgent
+
+    patch(
+        undo,
+        AssistantAgent,
+        "on_messages",
+        _closing_the_stream,
+        missing="autogen-agentchat's AssistantAgent has no on_messages: spans of agents run "
+        "with run() or on_messages() may end late",
+    )
+
+
+def _closing_the_stream(original: Callable[..., Any]) -> Callable[..., Any]:
     from autogen_agentchat.base import Response
 
-    original = vars(AssistantAgent).get("on_messages")
-    if original is None:
-        logger.warning(
-            "autogen-agentchat's AssistantAgent has no on_messages: spans of agents run with "
-            "run() or on_messages() may end late"
-        )
-        return
-
     @functools.wraps(original)
-    async def on_messages(
-        self: AssistantAgent, messages: Sequence[Any], cancellation_token: Any
-    ) -> Response:
+    async def on_messages(self: Any, messages: Sequence[Any], cancellation_token: Any) -> Any:
         async with contextlib.aclosing(
             self.on_messages_stream(messages, cancellation_token)
         ) as stream:
@@ -48,5 +49,4 @@ def close_agent_turns(undo: contextlib.ExitStack) -> None:
                     return message
         raise AssertionError("The stream should have returned the final result.")
 
-    AssistantAgent.on_messages = on_messages  # type: ignore[method-assign]
-    undo.callback(setattr, AssistantAgent, "on_messages", original)
+    return on_messages

@@ -23,55 +23,52 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
-from opentelemetry import trace as trace_api
-
-from agl import semconv
-from agl.tracing import NormalizingSpan
+from agl.tracing import note_response, patch
 
 __all__ = ["keep_response_ids"]
 
-logger = logging.getLogger(__name__)
-
 _STREAMS = ("_create_stream_chunks", "_create_stream_chunks_beta_client")
-_LLM = OpenInferenceSpanKindValues.LLM.value
 
 
 def keep_response_ids(undo: contextlib.ExitStack) -> None:
     """Patch AutoGen's OpenAI client (if installed) to record response ids; push the undoing."""
     from autogen_core.logging import LLMCallEvent
 
-    init = vars(LLMCallEvent)["__init__"]
-
-    @functools.wraps(init)
-    def event_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        response = kwargs.get("response")
-        if isinstance(response, dict):
-            _record(response.get("id"), response.get("model"))
-
-    LLMCallEvent.__init__ = event_init  # type: ignore[method-assign]
-    undo.callback(setattr, LLMCallEvent, "__init__", init)
-
+    patch(
+        undo,
+        LLMCallEvent,
+        "__init__",
+        _noting_event_ids,
+        missing="autogen-core's LLMCallEvent has no __init__: calls are recorded without their "
+        "response id",
+    )
     try:
         from autogen_ext.models.openai import BaseOpenAIChatCompletionClient as Client
     except ImportError:  # autogen-ext[openai] is not installed: no OpenAI client to patch
         return
     for name in _STREAMS:
-        chunks = vars(Client).get(name)
-        if chunks is None:
-            logger.warning(
-                "autogen-ext's BaseOpenAIChatCompletionClient has no %s: some streamed calls "
-                "are recorded without their response id",
-                name,
-            )
-            continue
-        setattr(Client, name, _noting_stream_ids(chunks))
-        undo.callback(setattr, Client, name, chunks)
+        patch(
+            undo,
+            Client,
+            name,
+            _noting_stream_ids,
+            missing=f"autogen-ext's BaseOpenAIChatCompletionClient has no {name}: some streamed "
+            "calls are recorded without their response id",
+        )
+
+
+def _noting_event_ids(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def event_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        response = kwargs.get("response")
+        if isinstance(response, dict):
+            note_response(response.get("id"), response.get("model"))
+
+    return event_init
 
 
 def _noting_stream_ids(
@@ -82,23 +79,8 @@ def _noting_stream_ids(
         noted = False
         async for chunk in chunks(self, *args, **kwargs):
             if not noted:
-                _record(getattr(chunk, "id", None), getattr(chunk, "model", None))
+                note_response(getattr(chunk, "id", None), getattr(chunk, "model", None))
                 noted = True
             yield chunk
 
     return noting
-
-
-def _record(response_id: object, model: object) -> None:
-    """Put the response's id (and model) on the current span, if it is a model call's."""
-    span = trace_api.get_current_span()
-    # openinference's span is a proxy of the one agl's provider view made: isinstance sees it.
-    if (
-        not isinstance(span, NormalizingSpan)
-        or span.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) != _LLM
-    ):
-        return
-    if isinstance(response_id, str) and response_id:
-        span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
-    if isinstance(model, str) and model:
-        span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, model)

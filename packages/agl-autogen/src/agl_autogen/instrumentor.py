@@ -4,15 +4,16 @@
 not trace AutoGen itself: openinference-instrumentation-autogen-agentchat does, by wrapping
 each agent's turn (``on_messages_stream``, which ``run``, ``on_messages`` and teams go through),
 a team's ``run_stream``, an ``AssistantAgent``'s tool calls and ``OpenAIChatCompletionClient``'s
-``create`` and ``create_stream``. agl configures it:
+``create`` and ``create_stream``; agl configures it as every adapter does
+(:class:`agl.tracing.OpenInferenceInstrumentor`: agl's provider, GenAI attributes, one tracer at
+a time). Each span starts in the current OpenTelemetry context (the rollout's, an
+:func:`agl.agent_span`, or the agent's or team's span around it). What AutoGen needs beyond
+that:
 
-- with agl's tracer provider (``tracer.provider``), so the spans go to the rollout's store and
-  never to OpenTelemetry's global provider; each span starts in the current OpenTelemetry
-  context (the rollout's, an :func:`agl.agent_span`, or the agent's or team's span around it);
-- with OpenTelemetry GenAI attributes on (``enable_genai_semconv``): model, usage, input and
-  output messages under the names :func:`agl.tracing.is_llm_span` reads;
-- with the facts agl adds when a span ends (:mod:`agl_autogen._normalize`): agent names on
-  agent spans, ``agl.tool.*`` on tool spans;
+- agent names: the span of an agent's turn (``<name>.on_messages_stream``) is an agent span
+  named after the agent; openinference notes an ``AssistantAgent``'s name as the span's graph
+  node id, of other agents only the span's name tells it. A team's own span
+  (``RoundRobinGroupChat.run_stream``) is left as openinference records it;
 - keeping the response id of each OpenAI model call, streamed or not, which AutoGen's
   ``CreateResult`` lacks (:mod:`agl_autogen._response_ids`);
 - ending an agent's span when ``run`` or ``on_messages`` returns, which would otherwise wait
@@ -21,28 +22,25 @@ a team's ``run_stream``, an ``AssistantAgent``'s tool calls and ``OpenAIChatComp
 Model clients other than autogen-ext's OpenAI ones (``OpenAIChatCompletionClient``,
 ``AzureOpenAIChatCompletionClient``) get no model call spans from openinference; agl's own
 OpenAI instrumentation (``instrument=["openai"]``) still sees the calls they make through the
-``openai`` package. openinference's ``OPENINFERENCE_*`` environment variables still apply.
-
-openinference's instrumentor is one per process (an OpenTelemetry ``BaseInstrumentor``), so one
-agl tracer at a time can trace AutoGen: instrumenting while something else holds it raises
-:class:`agl.AglError` rather than record nothing. Spans of runs that started before
-``uninstrument()`` still end afterwards; no new run is traced.
+``openai`` package.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
-from agl import AglError
-from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
+from agl.tracing import NormalizingTracerProvider, OpenInferenceInstrumentor
 from agl_autogen._agent_turns import close_agent_turns
-from agl_autogen._normalize import agl_attributes
 from agl_autogen._response_ids import keep_response_ids
 
 __all__ = ["AutogenInstrumentor"]
 
+_AGENT_TURN = ".on_messages_stream"
 
-class AutogenInstrumentor(PatchingInstrumentor):
+
+class AutogenInstrumentor(OpenInferenceInstrumentor):
     """Record AutoGen agent, team, tool and model calls in a tracer's rollouts; reversible.
 
     Instrumenting twice is the same as once. ::
@@ -57,22 +55,15 @@ class AutogenInstrumentor(PatchingInstrumentor):
         tracer: The :class:`agl.Tracer` whose rollouts the spans belong to.
     """
 
-    def apply(self, undo: contextlib.ExitStack) -> None:
-        from openinference.instrumentation import TraceConfig
-        from openinference.instrumentation.autogen_agentchat import (
-            AutogenAgentChatInstrumentor as OpenInferenceInstrumentor,
+    framework = "AutoGen"
+    instrumentation = "openinference.instrumentation.autogen_agentchat:AutogenAgentChatInstrumentor"
+
+    def agent_name(self, name: str, attributes: Mapping[str, Any]) -> str | None:
+        """openinference's graph node id, else the span's name less ``.on_messages_stream``."""
+        return super().agent_name(name, attributes) or (
+            name.removesuffix(_AGENT_TURN) if name.endswith(_AGENT_TURN) else None
         )
 
-        openinference = OpenInferenceInstrumentor()
-        if openinference.is_instrumented_by_opentelemetry:
-            raise AglError(
-                "AutoGen is already instrumented by openinference (another agl tracer, or the "
-                "application's own tracing): uninstrument it before instrumenting it for agl"
-            )
-        openinference.instrument(
-            tracer_provider=NormalizingTracerProvider(self.tracer.provider, agl_attributes),
-            config=TraceConfig(enable_genai_semconv=True),
-        )
-        undo.callback(openinference.uninstrument)
+    def extend(self, undo: contextlib.ExitStack, provider: NormalizingTracerProvider) -> None:
         keep_response_ids(undo)
         close_agent_turns(undo)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -31,11 +30,9 @@ from openinference.semconv.trace import (
 )
 from opentelemetry import trace as trace_api
 
-from agl.tracing import NormalizingSpan
+from agl.tracing import NormalizingSpan, patch
 
 __all__ = ["open_agent_spans"]
-
-logger = logging.getLogger(__name__)
 
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _AGENT = OpenInferenceSpanKindValues.AGENT.value
@@ -48,15 +45,14 @@ def open_agent_spans(tracer: trace_api.Tracer, undo: contextlib.ExitStack) -> No
     from crewai import Agent
 
     for name in (*_SYNC, *_ASYNC):
-        original = vars(Agent).get(name)
-        if original is None:
-            logger.warning(
-                "crewai's Agent has no %s: agents run through it are not traced as agents", name
-            )
-            continue
         wrap = _sync if name in _SYNC else _async
-        setattr(Agent, name, wrap(tracer, name, original))
-        undo.callback(setattr, Agent, name, original)
+        patch(
+            undo,
+            Agent,
+            name,
+            functools.partial(wrap, tracer, name),
+            missing=f"crewai's Agent has no {name}: agents run through it are not traced as agents",
+        )
     # akickoff is an alias CrewAI defines as its own method calling kickoff_async: no patch.
 
 

@@ -4,11 +4,10 @@
 pieces record a crew:
 
 - openinference-instrumentation-crewai wraps a crew's ``kickoff``, each task's execution by its
-  agent (``Task._execute_core``), ``Agent.kickoff``, tool runs and flows. agl hands it its own
-  tracer provider (``tracer.provider``), so the spans go to the rollout's store and never to
-  OpenTelemetry's global provider, and adds agl's attributes when each span ends
-  (:mod:`agl_crewai._normalize`): agent spans named after the agent's role, ``agl.tool.*`` on
-  tool spans.
+  agent (``Task._execute_core``), ``Agent.kickoff``, tool runs and flows; agl configures it as
+  every adapter does (:class:`agl.tracing.OpenInferenceInstrumentor`: agl's provider, one tracer
+  at a time, agent spans named after the agent's role, ``agl.tool.*`` on tool spans). A task's
+  agent span also names its task (``agl.task.name``).
 - :mod:`agl_crewai._agent_spans` opens agent spans where openinference has none: a coworker
   run by a manager's delegation tool, and CrewAI's native async paths (``Crew.akickoff``,
   ``Agent.kickoff_async``).
@@ -20,24 +19,31 @@ pieces record a crew:
   "openai"]`` records each call once.
 
 Models CrewAI reaches through another provider's SDK (Anthropic, Gemini, Bedrock, LiteLLM) get
-no model-call spans. openinference's instrumentor is one per process (an OpenTelemetry
-``BaseInstrumentor``), so one agl tracer at a time can trace CrewAI: instrumenting while
-something else holds it raises :class:`agl.AglError` rather than record nothing.
+no model-call spans.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
-from agl import AglError
-from agl.tracing import NormalizingTracerProvider, OpenAIInstrumentation, PatchingInstrumentor
+from opentelemetry.util import types
+
+from agl import semconv
+from agl.tracing import NormalizingTracerProvider, OpenAIInstrumentation, OpenInferenceInstrumentor
 from agl_crewai._agent_spans import open_agent_spans
-from agl_crewai._normalize import agl_attributes
 
-__all__ = ["CrewAIInstrumentor"]
+__all__ = ["TASK_NAME", "CrewAIInstrumentor"]
+
+TASK_NAME = "agl.task.name"
+"""The CrewAI task an agent span executes (its ``name``, else its description)."""
+
+# openinference's own name for the attribute (it has no constant for it).
+_OPENINFERENCE_TASK_NAME = "task_name"
 
 
-class CrewAIInstrumentor(PatchingInstrumentor):
+class CrewAIInstrumentor(OpenInferenceInstrumentor):
     """Record CrewAI crew, agent, task, tool and model calls in a tracer's rollouts; reversible.
 
     Instrumenting twice is the same as once. ::
@@ -52,24 +58,20 @@ class CrewAIInstrumentor(PatchingInstrumentor):
         tracer: The :class:`agl.Tracer` whose rollouts the spans belong to.
     """
 
-    def apply(self, undo: contextlib.ExitStack) -> None:
-        from openinference.instrumentation import TraceConfig
-        from openinference.instrumentation.crewai import (
-            CrewAIInstrumentor as OpenInferenceInstrumentor,
-        )
+    framework = "CrewAI"
+    instrumentation = "openinference.instrumentation.crewai:CrewAIInstrumentor"
 
-        openinference = OpenInferenceInstrumentor()
-        if openinference.is_instrumented_by_opentelemetry:
-            raise AglError(
-                "CrewAI is already instrumented by openinference (another agl tracer, or the "
-                "application's own tracing): uninstrument it before instrumenting it for agl"
-            )
-        provider = NormalizingTracerProvider(self.tracer.provider, agl_attributes)
+    def agl_attributes(
+        self, name: str, attributes: Mapping[str, Any]
+    ) -> Mapping[str, types.AttributeValue]:
+        out = dict(super().agl_attributes(name, attributes))
+        task = attributes.get(_OPENINFERENCE_TASK_NAME)
+        if semconv.AGL_AGENT_NAME in out and isinstance(task, str) and task:
+            out[TASK_NAME] = task
+        return out
+
+    def extend(self, undo: contextlib.ExitStack, provider: NormalizingTracerProvider) -> None:
         model_calls = OpenAIInstrumentation(self.tracer)
         model_calls.instrument()
         undo.callback(model_calls.uninstrument)
-        openinference.instrument(
-            tracer_provider=provider, config=TraceConfig(enable_genai_semconv=True)
-        )
-        undo.callback(openinference.uninstrument)
         open_agent_spans(provider.get_tracer("agl_crewai"), undo)

@@ -17,46 +17,15 @@ agl_langchain`` loads neither LangChain nor openinference.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from agl.tracing import ScriptInstrumentation
+from agl.tracing import script_api
 
 if TYPE_CHECKING:
-    import agl
     from agl_langchain.instrumentor import LangChainInstrumentor
 
 __all__ = ["LangChainInstrumentor", "instrument", "uninstrument"]
 
-
-def _build(tracer: agl.Tracer) -> LangChainInstrumentor:
-    from agl_langchain.instrumentor import LangChainInstrumentor
-
-    return LangChainInstrumentor(tracer)
-
-
-_script: ScriptInstrumentation[LangChainInstrumentor] = ScriptInstrumentation(_build)
-
-
-def instrument(tracer: agl.Tracer) -> LangChainInstrumentor:
-    """Trace LangChain and LangGraph into ``tracer``'s rollouts until :func:`uninstrument`.
-
-    Calling it again with the same tracer does nothing; with another tracer, it moves the
-    tracing there.
-
-    Returns:
-        The instrumentor, for code that wants to manage it itself.
-    """
-    return _script.instrument(tracer)
-
-
-def uninstrument() -> None:
-    """Stop what :func:`instrument` started (nothing happens if it is not active)."""
-    _script.uninstrument()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "LangChainInstrumentor":
-        from agl_langchain.instrumentor import LangChainInstrumentor
-
-        return LangChainInstrumentor
-    raise AttributeError(f"module 'agl_langchain' has no attribute {name!r}")
+instrument, uninstrument, __getattr__ = script_api(
+    "agl_langchain.instrumentor:LangChainInstrumentor", "LangChain and LangGraph"
+)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["keep_stream_response_ids"]
+from agl.tracing import patch
 
-logger = logging.getLogger(__name__)
+__all__ = ["keep_stream_response_ids"]
 
 _METHOD = "_convert_chunk_to_generation_chunk"
 
@@ -29,15 +29,17 @@ def keep_stream_response_ids(undo: contextlib.ExitStack) -> None:
         from langchain_openai.chat_models.base import BaseChatOpenAI
     except ImportError:
         return
-    original = vars(BaseChatOpenAI).get(_METHOD)
-    if original is None:
-        logger.warning(
-            "langchain-openai has no %s: streamed ChatOpenAI calls are recorded without "
-            "their response id",
-            _METHOD,
-        )
-        return
+    patch(
+        undo,
+        BaseChatOpenAI,
+        _METHOD,
+        _keeping_chunk_ids,
+        missing=f"langchain-openai has no {_METHOD}: streamed ChatOpenAI calls are recorded "
+        "without their response id",
+    )
 
+
+def _keeping_chunk_ids(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def convert(self: Any, chunk: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         generation = original(self, chunk, *args, **kwargs)
@@ -48,5 +50,4 @@ def keep_stream_response_ids(undo: contextlib.ExitStack) -> None:
             generation.message.response_metadata.setdefault("id", response_id)
         return generation
 
-    setattr(BaseChatOpenAI, _METHOD, convert)
-    undo.callback(setattr, BaseChatOpenAI, _METHOD, original)
+    return convert

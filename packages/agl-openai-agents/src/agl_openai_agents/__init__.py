@@ -17,46 +17,15 @@ train the agents you choose (:mod:`agl_openai_agents.instrumentor` tells the who
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from agl.tracing import ScriptInstrumentation
+from agl.tracing import script_api
 
 if TYPE_CHECKING:
-    import agl
     from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
 
 __all__ = ["OpenAIAgentsInstrumentor", "instrument", "uninstrument"]
 
-
-def _build(tracer: agl.Tracer) -> OpenAIAgentsInstrumentor:
-    from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
-
-    return OpenAIAgentsInstrumentor(tracer)
-
-
-_script: ScriptInstrumentation[OpenAIAgentsInstrumentor] = ScriptInstrumentation(_build)
-
-
-def instrument(tracer: agl.Tracer) -> OpenAIAgentsInstrumentor:
-    """Trace the OpenAI Agents SDK into ``tracer``'s rollouts until :func:`uninstrument`.
-
-    Calling it again with the same tracer does nothing; with another tracer, it moves the
-    tracing there.
-
-    Returns:
-        The instrumentor, for code that wants to manage it itself.
-    """
-    return _script.instrument(tracer)
-
-
-def uninstrument() -> None:
-    """Stop what :func:`instrument` started (nothing happens if it is not active)."""
-    _script.uninstrument()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "OpenAIAgentsInstrumentor":
-        from agl_openai_agents.instrumentor import OpenAIAgentsInstrumentor
-
-        return OpenAIAgentsInstrumentor
-    raise AttributeError(f"module 'agl_openai_agents' has no attribute {name!r}")
+instrument, uninstrument, __getattr__ = script_api(
+    "agl_openai_agents.instrumentor:OpenAIAgentsInstrumentor", "the OpenAI Agents SDK"
+)

@@ -25,11 +25,7 @@ import functools
 import logging
 from typing import Any
 
-from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
-from opentelemetry import trace as trace_api
-
-from agl import semconv
-from agl.tracing import NormalizingSpan
+from agl.tracing import note_response, patch
 
 __all__ = ["keep_chat_response_ids"]
 
@@ -37,16 +33,13 @@ logger = logging.getLogger(__name__)
 
 _FETCH = "_fetch_response"
 _POPULATE_STREAM = "_populate_stream_generation_span"
-_LLM = OpenInferenceSpanKindValues.LLM.value
 
 
 def keep_chat_response_ids(undo: contextlib.ExitStack) -> None:
     """Patch ``OpenAIChatCompletionsModel`` to record response ids; push the undoing."""
     from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel as Model
 
-    fetch = vars(Model).get(_FETCH)
-    populate = vars(Model).get(_POPULATE_STREAM)
-    if fetch is None or not isinstance(populate, staticmethod):
+    if _FETCH not in vars(Model) or not isinstance(vars(Model).get(_POPULATE_STREAM), staticmethod):
         logger.warning(
             "openai-agents' OpenAIChatCompletionsModel has no %s or %s: its calls are recorded "
             "without their response id",
@@ -54,25 +47,31 @@ def keep_chat_response_ids(undo: contextlib.ExitStack) -> None:
             _POPULATE_STREAM,
         )
         return
-    populate_function = populate.__func__
+    patch(undo, Model, _FETCH, _noting_fetched_ids)
+    patch(undo, Model, _POPULATE_STREAM, _noting_streamed_ids)
 
+
+def _noting_fetched_ids(fetch: Any) -> Any:
     @functools.wraps(fetch)
     async def fetch_response(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await fetch(self, *args, **kwargs)
         if not isinstance(result, tuple):  # a stream comes as (response, chunks)
-            _record(getattr(result, "id", None), getattr(result, "model", None))
+            note_response(getattr(result, "id", None), getattr(result, "model", None))
         return result
 
-    @functools.wraps(populate_function)
+    return fetch_response
+
+
+def _noting_streamed_ids(populate: staticmethod[..., Any]) -> staticmethod[..., Any]:
+    function = populate.__func__
+
+    @functools.wraps(function)
     def populate_stream_span(span: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
-        populated = populate_function(span, response, *args, **kwargs)
-        _record(_stream_response_id(response), None)
+        populated = function(span, response, *args, **kwargs)
+        note_response(_stream_response_id(response))
         return populated
 
-    setattr(Model, _FETCH, fetch_response)
-    undo.callback(setattr, Model, _FETCH, fetch)
-    setattr(Model, _POPULATE_STREAM, staticmethod(populate_stream_span))
-    undo.callback(setattr, Model, _POPULATE_STREAM, populate)
+    return staticmethod(populate_stream_span)
 
 
 def _stream_response_id(response: Any) -> object:
@@ -81,18 +80,3 @@ def _stream_response_id(response: Any) -> object:
         if isinstance(provider_data, dict) and provider_data.get("response_id"):
             return provider_data["response_id"]
     return None
-
-
-def _record(response_id: object, model: object) -> None:
-    """Put the response's id (and model) on the current span, if it is a model call's."""
-    span = trace_api.get_current_span()
-    # openinference's span is a proxy of the one agl's provider view made: isinstance sees it.
-    if (
-        not isinstance(span, NormalizingSpan)
-        or span.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) != _LLM
-    ):
-        return
-    if isinstance(response_id, str) and response_id:
-        span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
-    if isinstance(model, str) and model:
-        span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, model)

@@ -4,16 +4,13 @@
 builds. It does not trace the SDK itself: the SDK traces its own runs (a trace per
 ``Runner.run``, with a span per agent turn, model call, function tool, handoff and guardrail),
 and openinference-instrumentation-openai-agents turns them into OpenTelemetry spans, through a
-trace processor it registers with the SDK (``agents.add_trace_processor``). agl configures it:
+trace processor it registers with the SDK (``agents.add_trace_processor``); agl configures it as
+every adapter does (:class:`agl.tracing.OpenInferenceInstrumentor`: agl's provider, GenAI
+attributes with the response id of Responses API calls, one tracer at a time). A run's root
+span starts in the current OpenTelemetry context (the rollout's, or an :func:`agl.agent_span`),
+its other spans under their SDK parents, in the same trace. What the SDK needs beyond that:
 
-- with agl's tracer provider (``tracer.provider``), so the spans go to the rollout's store and
-  never to OpenTelemetry's global provider; a run's root span starts in the current
-  OpenTelemetry context (the rollout's, or an :func:`agl.agent_span`), its other spans under
-  their SDK parents, in the same trace;
-- with OpenTelemetry GenAI attributes on (``enable_genai_semconv``): model, usage, input and
-  output messages under the names :func:`agl.tracing.is_llm_span` reads, and the response id of
-  Responses API calls;
-- with the facts agl adds when a span ends (:mod:`agl_openai_agents._normalize`): agent names on
+- the facts agl adds when a span ends (:mod:`agl_openai_agents._normalize`): agent names on
   agent spans, ``agl.tool.*`` on function tool spans;
 - keeping the response id of Chat Completions calls, streamed or not, which the SDK's spans
   lack (:mod:`agl_openai_agents._response_ids`).
@@ -30,28 +27,22 @@ before instrumenting. Do not switch the SDK's tracing off (``agents.set_tracing_
 ``OPENAI_AGENTS_DISABLE_TRACING``, ``RunConfig(tracing_disabled=True)``): agl sees a run through
 it. With ``RunConfig(trace_include_sensitive_data=False)`` the SDK keeps no messages, and
 Responses API calls lose their response id (LightningRL then joins them with the gateway's
-token ids by order); so does hiding outputs with openinference's ``OPENINFERENCE_*``
-environment variables, which still apply.
-
-openinference's instrumentor is one per process (an OpenTelemetry ``BaseInstrumentor``), so one
-agl tracer at a time can trace the SDK: instrumenting while something else holds it raises
-:class:`agl.AglError` rather than record nothing. Spans of runs that started before
-``uninstrument()`` still end afterwards; no new run is traced.
+token ids by order).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from agl import AglError
-from agl.tracing import NormalizingTracerProvider, PatchingInstrumentor
-from agl_openai_agents._normalize import agl_attributes
+from agl.tracing import NormalizingTracerProvider, OpenInferenceInstrumentor
 from agl_openai_agents._response_ids import keep_chat_response_ids
 
 __all__ = ["OpenAIAgentsInstrumentor"]
 
 
-class OpenAIAgentsInstrumentor(PatchingInstrumentor):
+class OpenAIAgentsInstrumentor(OpenInferenceInstrumentor):
     """Record OpenAI Agents SDK runs in a tracer's rollouts; reversible and idempotent.
 
     ::
@@ -62,27 +53,19 @@ class OpenAIAgentsInstrumentor(PatchingInstrumentor):
             await Runner.run(triage, "task")    # agents, model calls, tools: spans
         instrumentor.uninstrument()
 
+    Agent spans (the SDK's ``AgentSpanData``) are named by openinference's ``agent.name``; after
+    a handoff the receiving agent runs in a span of its own. A function tool's span gets
+    ``agl.tool.*`` (openinference's GenAI conversion writes its parameter *schema* into
+    ``gen_ai.tool.call.arguments``, so agl's names are the ones to read); a handoff's span is
+    left as openinference records it.
+
     Args:
         tracer: The :class:`agl.Tracer` whose rollouts the spans belong to.
     """
 
-    def apply(self, undo: contextlib.ExitStack) -> None:
-        from openinference.instrumentation import TraceConfig
-        from openinference.instrumentation.openai_agents import (
-            OpenAIAgentsInstrumentor as OpenInferenceInstrumentor,
-        )
+    framework = "the OpenAI Agents SDK"
+    instrumentation = "openinference.instrumentation.openai_agents:OpenAIAgentsInstrumentor"
+    instrument_options: ClassVar[Mapping[str, Any]] = {"exclusive_processor": False}
 
-        openinference = OpenInferenceInstrumentor()
-        if openinference.is_instrumented_by_opentelemetry:
-            raise AglError(
-                "the OpenAI Agents SDK is already instrumented by openinference (another agl "
-                "tracer, or the application's own tracing): uninstrument it before "
-                "instrumenting it for agl"
-            )
-        openinference.instrument(
-            tracer_provider=NormalizingTracerProvider(self.tracer.provider, agl_attributes),
-            config=TraceConfig(enable_genai_semconv=True),
-            exclusive_processor=False,
-        )
-        undo.callback(openinference.uninstrument)
+    def extend(self, undo: contextlib.ExitStack, provider: NormalizingTracerProvider) -> None:
         keep_chat_response_ids(undo)

@@ -60,6 +60,7 @@ from pydantic import JsonValue
 import agl
 from agl._metrics import read_metrics
 from agl.store._memory import MemoryStore
+from agl.testing._suite import check_suite_intact
 
 if TYPE_CHECKING:
     from agl.testing.openai_server import OpenAIServer
@@ -235,16 +236,7 @@ class AlgorithmConformance:
 
     def test_suite_is_intact(self) -> None:
         """No suite test was deleted, or overridden without an xfail that gives a reason."""
-        for name, member in vars(AlgorithmConformance).items():
-            if not name.startswith("test_"):
-                continue
-            mine = getattr(type(self), name, None)
-            assert mine is not None, f"{name} was deleted from the algorithm suite"
-            if mine is member:
-                continue
-            marks = [mark for mark in getattr(mine, "pytestmark", []) if mark.name == "xfail"]
-            reason = marks[0].kwargs.get("reason") if marks else None
-            assert reason, f"{name} is overridden without @pytest.mark.xfail(reason=...)"
+        check_suite_intact(self, AlgorithmConformance, "algorithm suite")
 
     # --- the suite --------------------------------------------------------------------------------
 

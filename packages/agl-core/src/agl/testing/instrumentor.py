@@ -55,6 +55,7 @@ import pytest
 import agl
 from agl import RolloutRequest, Span, semconv
 from agl.store._memory import MemoryStore
+from agl.testing._suite import check_suite_intact
 from agl.testing.openai_server import OpenAIServer
 from agl.tracing._conventions import is_llm_span
 from agl.tracing._instrumentor import Instrumentor, InstrumentorFactory
@@ -222,16 +223,7 @@ class InstrumentorConformance:
 
     def test_suite_is_intact(self) -> None:
         """No suite test was deleted, or overridden without an xfail that gives a reason."""
-        for name, member in vars(InstrumentorConformance).items():
-            if not name.startswith("test_"):
-                continue
-            mine = getattr(type(self), name, None)
-            assert mine is not None, f"{name} was deleted from the instrumentor suite"
-            if mine is member:
-                continue
-            marks = [mark for mark in getattr(mine, "pytestmark", []) if mark.name == "xfail"]
-            reason = marks[0].kwargs.get("reason") if marks else None
-            assert reason, f"{name} is overridden without @pytest.mark.xfail(reason=...)"
+        check_suite_intact(self, InstrumentorConformance, "instrumentor suite")
 
     # --- recording ----------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from agl import (
     Store,
 )
 from agl._spans import new_span_id, new_trace_id
+from agl.testing._suite import check_suite_intact
 
 __all__ = ["StoreConformance"]
 
@@ -105,16 +106,7 @@ class StoreConformance:
 
     def test_suite_is_intact(self) -> None:
         """No suite test was deleted, or overridden without an xfail that gives a reason."""
-        for name, member in vars(StoreConformance).items():
-            if not name.startswith("test_"):
-                continue
-            mine = getattr(type(self), name, None)
-            assert mine is not None, f"{name} was deleted from the store conformance suite"
-            if mine is member:
-                continue
-            marks = [mark for mark in getattr(mine, "pytestmark", []) if mark.name == "xfail"]
-            reason = marks[0].kwargs.get("reason") if marks else None
-            assert reason, f"{name} is overridden without @pytest.mark.xfail(reason=...)"
+        check_suite_intact(self, StoreConformance, "store conformance suite")
 
     # --- rollouts -----------------------------------------------------------------------------
 

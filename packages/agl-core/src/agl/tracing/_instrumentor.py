@@ -15,21 +15,38 @@ and :meth:`Instrumentor.uninstrument` after the last. The contract, which
 :class:`PatchingInstrumentor` gives that contract for free to an instrumentor whose work is a
 list of patches, each undone by a callback. :class:`ScriptInstrumentation` is the
 ``instrument(tracer)`` / ``uninstrument()`` pair adapters offer scripts that run their own
-rollouts.
+rollouts, and :func:`script_api` an adapter package's whole module-level API.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import importlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NamedTuple,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    runtime_checkable,
+)
 
 if TYPE_CHECKING:
     from agl.tracing._tracer import Tracer
 
-__all__ = ["Instrumentor", "InstrumentorFactory", "PatchingInstrumentor", "ScriptInstrumentation"]
+__all__ = [
+    "Instrumentor",
+    "InstrumentorFactory",
+    "PatchingInstrumentor",
+    "ScriptAPI",
+    "ScriptInstrumentation",
+    "script_api",
+]
 
 
 @runtime_checkable
@@ -146,3 +163,67 @@ class ScriptInstrumentation(Generic[_I]):
             if self._active is not None:
                 self._active.uninstrument()
                 self._active, self._tracer = None, None
+
+
+class ScriptAPI(NamedTuple):
+    """An adapter package's module-level functions (see :func:`script_api`)."""
+
+    instrument: Callable[[Tracer], Any]
+    uninstrument: Callable[[], None]
+    getattr: Callable[[str], Any]
+
+
+def script_api(instrumentor: str, framework: str) -> ScriptAPI:
+    """The module-level API of an adapter package, with its instrumentor imported lazily.
+
+    An adapter's ``__init__.py`` is then its docstring and one line, and ``import agl_shout``
+    loads neither the framework nor its instrumentation::
+
+        instrument, uninstrument, __getattr__ = script_api(
+            "agl_shout.instrumentor:ShoutInstrumentor", "Shout"
+        )
+
+    Args:
+        instrumentor: The instrumentor class, as ``"package.module:Class"``; the package's
+            ``__getattr__`` gives it as ``package.Class``.
+        framework: The framework's name, for the docstrings.
+
+    Returns:
+        ``instrument(tracer)`` and ``uninstrument()`` (a :class:`ScriptInstrumentation`) and
+        the package's ``__getattr__``.
+    """
+    module, _, name = instrumentor.partition(":")
+    package = module.rpartition(".")[0] or module
+
+    def load() -> Any:
+        return getattr(importlib.import_module(module), name)
+
+    def build(tracer: Tracer) -> Any:
+        return load()(tracer)
+
+    script: ScriptInstrumentation[Any] = ScriptInstrumentation(build)
+
+    def instrument(tracer: Tracer) -> Any:
+        return script.instrument(tracer)
+
+    def uninstrument() -> None:
+        script.uninstrument()
+
+    def __getattr__(attribute: str) -> Any:
+        if attribute == name:
+            return load()
+        raise AttributeError(f"module {package!r} has no attribute {attribute!r}")
+
+    instrument.__doc__ = f"""Trace {framework} into ``tracer``'s rollouts until :func:`uninstrument`
+    is called.
+
+    Calling it again with the same tracer does nothing; with another tracer, it moves the
+    tracing there.
+
+    Returns:
+        The :class:`{name}`, for code that wants to manage it itself.
+    """
+    uninstrument.__doc__ = "Stop what :func:`instrument` started (nothing if it is not active)."
+    for function in (instrument, uninstrument, __getattr__):
+        function.__module__ = package
+    return ScriptAPI(instrument, uninstrument, __getattr__)

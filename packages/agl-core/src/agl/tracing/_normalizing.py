@@ -1,4 +1,4 @@
-"""The tracer provider openinference records through: agl's, with spans completed at their end.
+"""What openinference-based adapters share: spans completed at their end with agl's facts.
 
 openinference writes a span's attributes from the finished framework run (a LangChain run, an
 Agents SDK span) just before it ends the OpenTelemetry span, and an OpenTelemetry span processor
@@ -7,9 +7,13 @@ only sees a span once it can no longer change. So openinference is handed
 ``normalize`` function derives from their attributes to themselves when they end. Only the
 spans openinference starts pass through it; nothing else of agl's provider changes.
 
-Framework adapters built on openinference (agl-langchain, agl-openai-agents, agl-autogen,
-agl-crewai) share it: each passes its own ``normalize``, and builds the attributes of a tool
-call's span with :func:`tool_attributes`.
+Framework adapters built on openinference (:class:`agl.tracing.OpenInferenceInstrumentor`)
+share it, and the helpers that build agl's attributes from openinference's:
+
+- :func:`openinference_attributes`: an ``AGENT`` span is an agent span named after the agent
+  (:func:`agent_attributes`), a ``TOOL`` span a tool span (:func:`tool_attributes`);
+- :func:`note_response`: a model call's response id (and model), put on the current span when
+  an adapter's patch sees the raw response while openinference's span of the call is current.
 """
 
 from __future__ import annotations
@@ -28,7 +32,16 @@ if TYPE_CHECKING:
     # The type OpenTelemetry's Tracer.start_as_current_span is declared to return.
     from opentelemetry.util._decorator import _AgnosticContextManager
 
-__all__ = ["Normalize", "NormalizingSpan", "NormalizingTracerProvider", "tool_attributes"]
+__all__ = [
+    "AgentName",
+    "Normalize",
+    "NormalizingSpan",
+    "NormalizingTracerProvider",
+    "agent_attributes",
+    "note_response",
+    "openinference_attributes",
+    "tool_attributes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +203,89 @@ class NormalizingSpan(trace_api.Span):
 
 
 # OpenInference's attribute names (core does not import openinference-semantic-conventions).
+KIND = "openinference.span.kind"
+"""OpenInference's span kind attribute (``AGENT``, ``TOOL``, ``LLM``, ``CHAIN``, ...)."""
+AGENT_NAME = "agent.name"
+"""OpenInference's agent name attribute."""
+GRAPH_NODE_ID = "graph.node.id"
+"""OpenInference's graph node attribute (some instrumentations name agents there)."""
+TOOL_NAME = "tool.name"
+"""OpenInference's tool name attribute."""
 _INPUT_VALUE = "input.value"
 _INPUT_MIME_TYPE = "input.mime_type"
 _OUTPUT_VALUE = "output.value"
 _JSON = "application/json"
 _FROM_OUTPUT: Any = object()
+
+AgentName = Callable[[str, Mapping[str, Any]], "str | None"]
+"""``agent_name(span name, attributes)``: the agent an openinference ``AGENT`` span stands for."""
+
+
+def openinference_name(name: str, attributes: Mapping[str, Any]) -> str | None:
+    """An ``AGENT`` span's agent: openinference's ``agent.name``, else its ``graph.node.id``."""
+    del name
+    for key in (AGENT_NAME, GRAPH_NODE_ID):
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def openinference_attributes(
+    name: str, attributes: Mapping[str, Any], agent_name: AgentName = openinference_name
+) -> dict[str, types.AttributeValue]:
+    """agl's attributes of an ending openinference span, read from its kind (maybe none).
+
+    An ``AGENT`` span whose agent ``agent_name`` finds becomes an agent span
+    (:func:`agent_attributes`); a ``TOOL`` span with a ``tool.name``, a tool span
+    (:func:`tool_attributes`). Other spans get nothing.
+
+    Args:
+        name: The span's name.
+        attributes: The attributes openinference recorded on the span.
+        agent_name: Where this framework's instrumentation keeps an agent's name.
+    """
+    kind = attributes.get(KIND)
+    if kind == "AGENT":
+        agent = agent_name(name, attributes)
+        if agent:
+            return agent_attributes(agent)
+    elif kind == "TOOL":
+        tool = attributes.get(TOOL_NAME)
+        if isinstance(tool, str) and tool:
+            return tool_attributes(tool, attributes)
+    return {}
+
+
+def agent_attributes(agent: str) -> dict[str, types.AttributeValue]:
+    """The attributes of an agent span: every LLM call under it is ``agent``'s."""
+    from agl import semconv
+
+    return {semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_AGENT, semconv.AGL_AGENT_NAME: agent}
+
+
+def note_response(response_id: object, model: object = None) -> bool:
+    """Put a model call's response id (and model) on the current span, if it is a call's.
+
+    For an adapter's patch that sees the raw response (a ``ChatCompletion``, a stream chunk)
+    while openinference's span of the call is current: the id is what LightningRL joins the
+    call with the gateway's token ids on. Only an ``LLM`` span started through a
+    :class:`NormalizingTracerProvider` is changed; empty or non-text values are skipped.
+
+    Returns:
+        Whether the current span was a model call's (and got the id, if one was given).
+    """
+    from agl import semconv
+
+    span = trace_api.get_current_span()
+    # openinference's span is a proxy of the one the provider view made: isinstance sees it.
+    if not isinstance(span, NormalizingSpan) or span.attributes.get(KIND) != "LLM":
+        return False
+    if isinstance(response_id, str) and response_id:
+        span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
+    if isinstance(model, str) and model:
+        span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, model)
+    return True
 
 
 def tool_attributes(
