@@ -38,6 +38,7 @@ FACADES = {
         "NormalizingTracerProvider", "OpenAIInstrumentation", "OpenInferenceInstrumentor",
         "PatchingInstrumentor", "RolloutBinding", "ScriptAPI", "ScriptInstrumentation",
         "SenderStats", "SpanSender", "Tracer", "agent_attributes", "current_binding",
+        "genai_attributes",
         "is_llm_span", "note_response", "openinference_attributes", "patch", "script_api",
         "tool_attributes",
     },

@@ -13,6 +13,7 @@ from agl import semconv
 from agl.tracing._normalizing import (
     NormalizingTracerProvider,
     agent_attributes,
+    genai_attributes,
     note_response,
     openinference_attributes,
     tool_attributes,
@@ -92,3 +93,24 @@ def test_note_response_marks_only_a_current_llm_span() -> None:
     assert attributes["llm"][semconv.GEN_AI_RESPONSE_ID] == "chatcmpl-2"
     assert attributes["llm"][semconv.GEN_AI_RESPONSE_MODEL] == "m"
     assert semconv.GEN_AI_RESPONSE_ID not in attributes["chain"]
+
+
+def test_genai_agent_and_tool_spans_become_agls() -> None:
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "writer"}
+    assert genai_attributes("invoke_agent writer", agent) == agent_attributes("writer")
+    tool = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.call.arguments": '{"city": "Paris"}',
+        "gen_ai.tool.call.result": 21,
+    }
+    assert genai_attributes("execute_tool lookup", tool) == {
+        semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
+        semconv.AGL_TOOL_NAME: "lookup",
+        semconv.AGL_TOOL_ARGUMENTS: '{"city": "Paris"}',
+        semconv.AGL_TOOL_RESULT: "21",
+    }
+    hidden = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+    assert semconv.AGL_TOOL_RESULT not in genai_attributes("t", hidden)
+    assert genai_attributes("chat m", {"gen_ai.operation.name": "chat"}) == {}
+    assert genai_attributes("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}) == {}

@@ -10,7 +10,8 @@ adapters build on.
   configured), :func:`patch` (what it misses, wrapped reversibly), :func:`script_api` (the
   package's ``instrument``/``uninstrument``), and agl's facts added to openinference's spans
   when they end: :class:`NormalizingTracerProvider`, :func:`openinference_attributes`,
-  :func:`agent_attributes`, :func:`tool_attributes`, :func:`note_response`.
+  :func:`genai_attributes` (a framework's own GenAI spans), :func:`agent_attributes`,
+  :func:`tool_attributes`, :func:`note_response`.
   :func:`is_llm_span` says which spans are LLM calls.
 """
 
@@ -30,6 +31,7 @@ from agl.tracing._normalizing import (
     NormalizingSpan,
     NormalizingTracerProvider,
     agent_attributes,
+    genai_attributes,
     note_response,
     openinference_attributes,
     tool_attributes,
@@ -55,6 +57,7 @@ __all__ = [
     "Tracer",
     "agent_attributes",
     "current_binding",
+    "genai_attributes",
     "is_llm_span",
     "note_response",
     "openinference_attributes",

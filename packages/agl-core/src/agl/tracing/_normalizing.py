@@ -12,6 +12,8 @@ share it, and the helpers that build agl's attributes from openinference's:
 
 - :func:`openinference_attributes`: an ``AGENT`` span is an agent span named after the agent
   (:func:`agent_attributes`), a ``TOOL`` span a tool span (:func:`tool_attributes`);
+- :func:`genai_attributes`: the same for a framework's own spans in the OpenTelemetry GenAI
+  conventions (``invoke_agent`` and ``execute_tool`` operations);
 - :func:`note_response`: a model call's response id (and model), put on the current span when
   an adapter's patch sees the raw response while openinference's span of the call is current.
 """
@@ -38,6 +40,7 @@ __all__ = [
     "NormalizingSpan",
     "NormalizingTracerProvider",
     "agent_attributes",
+    "genai_attributes",
     "note_response",
     "openinference_attributes",
     "tool_attributes",
@@ -254,6 +257,52 @@ def openinference_attributes(
         tool = attributes.get(TOOL_NAME)
         if isinstance(tool, str) and tool:
             return tool_attributes(tool, attributes)
+    return {}
+
+
+# The OpenTelemetry GenAI conventions' names for agents and tools (agl.semconv has the LLM ones).
+_GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+_GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+_GEN_AI_TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+_GEN_AI_TOOL_RESULT = "gen_ai.tool.call.result"
+
+
+def genai_attributes(name: str, attributes: Mapping[str, Any]) -> dict[str, types.AttributeValue]:
+    """agl's attributes of a span in the OpenTelemetry GenAI conventions (maybe none).
+
+    For frameworks that trace themselves in those conventions (``gen_ai.operation.name``):
+    an ``invoke_agent`` span is an agent span named after ``gen_ai.agent.name``; an
+    ``execute_tool`` span a tool span with ``gen_ai.tool.name``, its
+    ``gen_ai.tool.call.arguments`` as JSON text and ``gen_ai.tool.call.result`` as text. Model
+    call spans (``chat``, ...) need nothing: :func:`is_llm_span` reads them as they are.
+
+    Args:
+        name: The span's name (unused: the conventions say everything in attributes).
+        attributes: The attributes the framework recorded on the span.
+    """
+    from agl import semconv
+
+    del name
+    operation = attributes.get(semconv.GEN_AI_OPERATION_NAME)
+    if operation == "invoke_agent":
+        agent = attributes.get(_GEN_AI_AGENT_NAME)
+        if isinstance(agent, str) and agent:
+            return agent_attributes(agent)
+    elif operation == "execute_tool":
+        tool = attributes.get(_GEN_AI_TOOL_NAME)
+        if isinstance(tool, str) and tool:
+            out: dict[str, types.AttributeValue] = {
+                semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_TOOL,
+                semconv.AGL_TOOL_NAME: tool,
+            }
+            for source, target in (
+                (_GEN_AI_TOOL_ARGUMENTS, semconv.AGL_TOOL_ARGUMENTS),
+                (_GEN_AI_TOOL_RESULT, semconv.AGL_TOOL_RESULT),
+            ):
+                value = attributes.get(source)
+                if value is not None:
+                    out[target] = value if isinstance(value, str) else json.dumps(value)
+            return out
     return {}
 
 
