@@ -26,6 +26,8 @@ ADAPTERS = {
     "agl-openai-agents": ("openai-agents", "agl_openai_agents", "agents"),
     "agl-autogen": ("autogen", "agl_autogen", "autogen_agentchat"),
     "agl-crewai": ("crewai", "agl_crewai", "crewai"),
+    "agl-agent-framework": ("agent-framework", "agl_agent_framework", "agent_framework"),
+    "agl-pydantic-ai": ("pydantic-ai", "agl_pydantic_ai", "pydantic_ai"),
 }
 
 CHECK = textwrap.dedent(
