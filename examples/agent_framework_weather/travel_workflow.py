@@ -18,12 +18,12 @@ from typing import Any
 
 os.environ.setdefault("AGENT_FRAMEWORK_USER_AGENT_DISABLED", "true")
 
+from agent_framework import Agent, AgentResponse, WorkflowBuilder, tool
 from agent_framework.openai import OpenAIChatCompletionClient
 from openai import AsyncOpenAI
 from weather import forecast, reward
 
 import agl
-from agent_framework import Agent, AgentResponse, WorkflowBuilder, tool
 
 __all__ = ["FORECASTER", "WRITER", "build_workflow", "get_forecast", "travel_workflow"]
 

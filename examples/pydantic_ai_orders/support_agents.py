@@ -20,12 +20,12 @@ from typing import Any
 from openai import AsyncOpenAI
 from orders import lookup, reward
 from pydantic import BaseModel
+from pydantic_ai import Agent, ModelSettings
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 import agl
-from pydantic_ai import Agent, ModelSettings
 
 __all__ = ["SUPPORT", "TRIAGE", "OrderReply", "build_agents", "lookup_order", "order_support"]
 

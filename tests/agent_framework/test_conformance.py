@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from agent_framework import Agent, WorkflowBuilder, tool
 from agent_framework.openai import OpenAIChatCompletionClient
 from openai import AsyncOpenAI
 
-from agent_framework import Agent, WorkflowBuilder, tool
 from agl.plugins import PluginManager
 from agl.testing.gateway_rollouts import AgentRun, GatewayRolloutsConformance
 from agl.testing.instrumentor import InstrumentorConformance, LLMCall

@@ -6,9 +6,9 @@ import contextlib
 import logging
 
 import pytest
+from agent_framework import observability
 
 import agl
-from agent_framework import observability
 from agl.store._memory import MemoryStore
 from agl.testing.adapter import AdapterConformance
 from agl_agent_framework.instrumentor import AgentFrameworkInstrumentor

@@ -114,3 +114,16 @@ def test_genai_agent_and_tool_spans_become_agls() -> None:
     assert semconv.AGL_TOOL_RESULT not in genai_attributes("t", hidden)
     assert genai_attributes("chat m", {"gen_ai.operation.name": "chat"}) == {}
     assert genai_attributes("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}) == {}
+
+
+def test_note_response_marks_a_genai_model_call_span_too() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = NormalizingTracerProvider(provider, lambda name, attributes: {}).get_tracer("t")
+    with tracer.start_as_current_span(
+        "generate_content m", attributes={"gen_ai.operation.name": "generate_content"}
+    ):
+        assert note_response("chatcmpl-4") is True
+    [span] = exporter.get_finished_spans()
+    assert (span.attributes or {})[semconv.GEN_AI_RESPONSE_ID] == "chatcmpl-4"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 from pydantic import BaseModel
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -23,7 +24,6 @@ from agl.testing.instrumentor import InstrumentorConformance, LLMCall
 from agl.testing.openai_server import Reply, Script, echo, tool_reply
 from agl.tracing import InstrumentorFactory
 from agl_pydantic_ai.instrumentor import PydanticAIInstrumentor
-from pydantic_ai import Agent, RunContext
 
 
 @asynccontextmanager

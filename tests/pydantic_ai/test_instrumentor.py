@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from pydantic_ai import Agent
 
 import agl
 from agl.store._memory import MemoryStore
 from agl.testing.adapter import AdapterConformance
 from agl_pydantic_ai.instrumentor import PydanticAIInstrumentor
-from pydantic_ai import Agent
 
 
 class TestPydanticAIAdapter(AdapterConformance):

@@ -30,6 +30,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util import types
 
+from agl.tracing._conventions import is_llm_span
+
 if TYPE_CHECKING:
     # The type OpenTelemetry's Tracer.start_as_current_span is declared to return.
     from opentelemetry.util._decorator import _AgnosticContextManager
@@ -317,8 +319,9 @@ def note_response(response_id: object, model: object = None) -> bool:
     """Put a model call's response id (and model) on the current span, if it is a call's.
 
     For an adapter's patch that sees the raw response (a ``ChatCompletion``, a stream chunk)
-    while openinference's span of the call is current: the id is what LightningRL joins the
-    call with the gateway's token ids on. Only an ``LLM`` span started through a
+    while the instrumentation's span of the call is current: the id is what LightningRL joins
+    the call with the gateway's token ids on. Only a model call's span (openinference's kind
+    ``LLM``, or a GenAI ``chat``/``generate_content``/... operation) started through a
     :class:`NormalizingTracerProvider` is changed; empty or non-text values are skipped.
 
     Returns:
@@ -328,7 +331,10 @@ def note_response(response_id: object, model: object = None) -> bool:
 
     span = trace_api.get_current_span()
     # openinference's span is a proxy of the one the provider view made: isinstance sees it.
-    if not isinstance(span, NormalizingSpan) or span.attributes.get(KIND) != "LLM":
+    if not isinstance(span, NormalizingSpan):
+        return False
+    attributes = span.attributes
+    if attributes.get(KIND) != "LLM" and not is_llm_span(dict(attributes)):
         return False
     if isinstance(response_id, str) and response_id:
         span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response_id)
