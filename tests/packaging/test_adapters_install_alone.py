@@ -29,6 +29,7 @@ ADAPTERS = {
     "agl-agent-framework": ("agent-framework", "agl_agent_framework", "agent_framework"),
     "agl-pydantic-ai": ("pydantic-ai", "agl_pydantic_ai", "pydantic_ai"),
     "agl-google-adk": ("google-adk", "agl_google_adk", "google.adk"),
+    "agl-llama-index": ("llama-index", "agl_llama_index", "llama_index.core"),
 }
 OWN_OPENTELEMETRY = {"agl-google-adk"}
 """Adapters whose framework caps OpenTelemetry below the workspace's (which holds it with an
@@ -124,3 +125,14 @@ def test_an_adapter_installs_alone_and_instruments_its_framework(
     assert out.startswith(f"ok {name} "), out
     # agl-core's own instrumentor and this adapter's, nothing else
     assert out.strip().endswith(f"{sorted(['openai', name])}"), out
+
+
+def test_agl_plugins_lists_every_adapter_of_the_workspace() -> None:
+    """``agl plugins --json`` in the workspace, where every adapter is installed."""
+    import json
+
+    out = _run(sys.executable, "-m", "agl", "plugins", "--json")
+    found = {p["distribution"]: p["instrumentors"] for p in json.loads(out)["plugins"]}
+    for distribution, (name, _, _) in ADAPTERS.items():
+        assert found.get(distribution) == [name], (distribution, found.get(distribution))
+    assert len(ADAPTERS) == 8
