@@ -5,14 +5,28 @@ The switch is process-wide, so each check runs in a fresh interpreter.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 
-def _run(code: str, cwd: Path | None = None) -> None:
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, timeout=120, cwd=cwd)
+def _run(code: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        check=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+FRAMEWORK_ADAPTERS = (
+    "agent-framework", "autogen", "crewai", "google-adk", "langchain", "llama-index",
+    "openai-agents", "pydantic-ai",
+)  # fmt: skip
+"""The workspace's adapter plugins: instrumenting them all loads every framework (~25 s)."""
 
 
 def test_runners_trace_nothing_by_default_and_everything_after_the_import() -> None:
@@ -78,4 +92,8 @@ def test_an_agent_module_that_imports_it_is_traced_by_the_trainers_runner_proces
             assert any(span.attributes.get("gen_ai.response.id") for span in r.spans), names
         """,
         cwd=tmp_path,
+        # What is checked is that runner processes see the agent module's import; the agent
+        # calls the openai client only, so the framework adapters stay out (each runner process
+        # would otherwise load every framework installed here).
+        env={"AGL_DISABLE_PLUGINS": ",".join(FRAMEWORK_ADAPTERS)},
     )
