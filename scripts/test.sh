@@ -16,8 +16,12 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 basetemp="$scratch/$(printf 'a-long-temporary-path-%.0s' 1 2 3 4 5 6 7)"
 status=0
-# --durations: the slowest tests, so the run's time (under 25 minutes) stays in view.
-COLUMNS=40 uv run --no-sync pytest --basetemp "$basetemp" --durations=25 "$@" || status=$?
+# -n: one pytest worker per core, at most 2 (CI's machines have 2); worksteal balances the few
+# long learning tests against the many short ones. --durations: the slowest tests, so the run's
+# time (under 25 minutes) stays in view.
+workers=$(python3 -c 'import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))')
+COLUMNS=40 uv run --no-sync pytest -n "$workers" --dist worksteal --basetemp "$basetemp" \
+    --durations=25 "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure here" >&2
 fi

@@ -109,6 +109,8 @@ def _read(path: Path) -> dict | None:
         return None
 
 
+# Its waits add up to 8 minutes at worst; ~60 s alone, ~120 s beside another test worker.
+@pytest.mark.timeout(480)
 async def test_a_runner_host_cut_off_mid_run_is_retried_elsewhere_and_refused_after(
     tmp_path: Path, hosts: Hosts
 ) -> None:

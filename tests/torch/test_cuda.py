@@ -1,7 +1,12 @@
-"""agl-torch on a CUDA device: the learner, the engine and the whole loop (skipped without one)."""
+"""agl-torch on a CUDA device: the learner, the engine and the whole loop (skipped without one).
+
+The policy server's weight swap under load runs on CUDA too, as a parameter of
+``test_server.py``'s test.
+"""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -65,3 +70,66 @@ def test_a_short_rl_run_on_cuda(tiny_model_dir: Path, tmp_path: Path) -> None:
     rows = [row for row in read_metrics(tmp_path) if "actor/loss" in row]
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert all("reward/mean" in row for row in rows)
+
+
+@pytest.mark.parametrize(("saved_on", "loaded_on"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_a_checkpoint_moves_between_cpu_and_cuda(
+    tiny_model_dir: Path, tmp_path: Path, saved_on: str, loaded_on: str
+) -> None:
+    _, tokenizer = load_policy(tiny_model_dir, device="cpu")
+    prompt = tokenizer("What is 3+4?", add_special_tokens=False)["input_ids"]
+    response = tokenizer("7<|im_end|>", add_special_tokens=False)["input_ids"]
+    batch = [
+        Transition(None, prompt, response, None, 1.0, sign, f"r{i}", "g")
+        for i, sign in enumerate((1.0, -1.0))
+    ]
+
+    def learner(device: str) -> Learner:
+        model, _ = load_policy(tiny_model_dir, device=device)
+        return Learner(model, tokenizer, LearnerSettings(lr=1e-3, seed=3), device=device)
+
+    straight = learner(saved_on)
+    straight.rl_step(batch)
+    straight.save_checkpoint(tmp_path / "ckpt", step=1)
+    saved = {k: v.detach().cpu().clone() for k, v in straight.model.state_dict().items()}
+    moments = [
+        {k: v.cpu().clone() for k, v in state.items()}
+        for state in straight.optimizer.state.values()
+    ]
+
+    moved = learner(loaded_on)
+    assert moved.load_checkpoint(tmp_path / "ckpt") == (1, {})
+    assert moved.updates == 1
+    for key, value in moved.model.state_dict().items():
+        assert value.device.type == loaded_on, key
+        assert torch.equal(value.cpu(), saved[key]), key
+    # Adam's moments came along, each on its parameter's device; its step counters stay as the
+    # optimizer keeps them. (A step on the other device is not compared number for number: for
+    # near-zero gradients Adam's normalized update differs between CPU and GPU arithmetic.)
+    loaded = list(moved.optimizer.state.values())
+    assert len(loaded) == len(moments) > 0
+    for state, expected in zip(loaded, moments, strict=True):
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert state[name].device.type == loaded_on
+            assert torch.equal(state[name].cpu(), expected[name])
+        assert float(state["step"]) == 1.0
+    assert moved.rl_step(batch)["updates"] == 2
+
+
+@pytest.mark.timeout(600)
+def test_the_quickstart_learns_on_cuda(tmp_path: Path) -> None:
+    from agl_torch.quickstart import train, warm_up_model
+
+    # The CPU learning test (test_rl.py) with everything on the GPU: warm-up, serving, updates.
+    warm = warm_up_model(tmp_path / "warm", seed=0, device="cuda", progress=False)
+    torch.cuda.reset_peak_memory_stats()
+    summary = train(
+        warm, tmp_path / "run", steps=20, seed=0, device="cuda", progress=False, console=False
+    )
+    assert torch.cuda.max_memory_allocated() > 0  # the policy lived on the GPU
+    rows = [row for row in read_metrics(tmp_path / "run") if "actor/loss" in row]
+    first = statistics.fmean(row["reward/mean"] for row in rows[:5])
+    last = statistics.fmean(row["reward/mean"] for row in rows[-5:])
+    print(f"quickstart on CUDA: {summary}")
+    assert last > first + 0.15, (first, last)
+    assert summary["val_after"] > summary["val_before"] + 0.2, summary

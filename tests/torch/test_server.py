@@ -248,8 +248,13 @@ def test_bad_requests_get_openai_400s_and_the_server_keeps_serving(
 # --- weight swaps -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 async def test_a_weight_swap_under_load_fails_nothing_and_labels_every_response(
-    tiny_model_dir: Path, reference: Any, tmp_path: Path, model_logprobs: ModelLogprobs
+    tiny_model_dir: Path,
+    reference: Any,
+    tmp_path: Path,
+    model_logprobs: ModelLogprobs,
+    device: str,
 ) -> None:
     generator = torch.Generator().manual_seed(1)
     swapped = copy.deepcopy(reference)
@@ -293,7 +298,8 @@ async def test_a_weight_swap_under_load_fails_nothing_and_labels_every_response(
             logprobs = [e["logprob"] for e in choice["logprobs"]["content"]]
         return version, prompt, tokens, logprobs
 
-    with PolicyServer(tiny_model_dir) as server:
+    with PolicyServer(tiny_model_dir, device=device) as server:
+        assert server.engine.device.type == device
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
             early = [asyncio.ensure_future(ask(http, i)) for i in range(32)]
             await started.wait()

@@ -303,8 +303,11 @@ class Learner:
             raise AglError(f"{source} is not a complete checkpoint: it has no {_STATE_FILE}")
         state = json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
         self._load_weights(source / "model")
+        # Loaded on the CPU: load_state_dict moves each state to its parameter's device and
+        # keeps Adam's step counters where the optimizer wants them (a checkpoint saved on a
+        # GPU resumes on the CPU, and the other way round).
         self.optimizer.load_state_dict(
-            torch.load(source / "optimizer.pt", map_location=self.device, weights_only=True)
+            torch.load(source / "optimizer.pt", map_location="cpu", weights_only=True)
         )
         generators = torch.load(source / "rng.pt", weights_only=True)
         torch.set_rng_state(generators["cpu"])

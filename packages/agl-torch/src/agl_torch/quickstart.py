@@ -169,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--warmup-epochs", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when present)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
         "--verbose", action="store_true", help="print every metric of a step, not a summary"
@@ -181,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         warmup_epochs=args.warmup_epochs,
         seed=args.seed,
         lr=args.lr,
+        device=args.device,
         progress=not args.quiet,
         verbose=args.verbose,
     )
@@ -197,10 +201,14 @@ def run(
     warmup_lr: float = 3e-3,
     tasks_per_step: int = 8,
     samples: int = 8,
+    device: str | None = None,
     progress: bool = True,
     verbose: bool = False,
 ) -> dict[str, float]:
-    """The quickstart as a function (the learning test calls it with fewer steps)."""
+    """The quickstart as a function (the learning test calls it with fewer steps).
+
+    ``device`` is where the warm-up, the serving and the updates run (default: CUDA when
+    present, else the CPU)."""
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -211,6 +219,7 @@ def run(
         epochs=warmup_epochs,
         seed=seed,
         lr=warmup_lr,
+        device=device,
         progress=progress,
         console=console,
     )
@@ -225,6 +234,7 @@ def run(
         lr=lr,
         tasks_per_step=tasks_per_step,
         samples=samples,
+        device=device,
         progress=progress,
         verbose=verbose,
         console=console,
@@ -246,11 +256,13 @@ def warm_up_model(
     epochs: int = 60,
     seed: int = 0,
     lr: float = 3e-3,
+    device: str | None = None,
     progress: bool = True,
     console: Any = None,
 ) -> Path:
     """Steps 1 and 2: build the tiny model in code and warm it up on the sloppy teacher's
-    demonstrations; return the warmed-up model's folder (``run_dir/warm-model``)."""
+    demonstrations (on ``device``, default CUDA when present); return the warmed-up model's
+    folder (``run_dir/warm-model``)."""
     from rich.console import Console
 
     from agl_torch.learner import Learner
@@ -271,9 +283,9 @@ def warm_up_model(
         f"[bold]2/3[/] SFT warm-up on {len(demos)} demonstrations "
         f"(the calculator in {tool_share:.0%} of them), {epochs} epochs"
     )
-    model, tokenizer = load_policy(base, device="cpu")
+    model, tokenizer = load_policy(base, device=device)
     warmup = LearnerSettings(lr=lr, max_grad_norm=None, seed=seed)
-    learner = Learner(model, tokenizer, warmup, device="cpu")
+    learner = Learner(model, tokenizer, warmup, device=device)
     _warm_up(learner, demos, epochs, seed, progress, console)
     warm = run_dir / "warm-model"
     learner.save_pretrained(warm)
@@ -293,6 +305,7 @@ def train(
     val_tasks: int = 64,
     agent: Any = calculator_agent,
     concurrency: int | None = None,
+    device: str | None = None,
     progress: bool = True,
     verbose: bool = False,
     console: Any = True,
@@ -302,7 +315,8 @@ def train(
 
     ``max_staleness`` overlaps rollouts and updates (:class:`agl.LoopSettings`); ``val_tasks``
     questions validate before and after; ``agent`` replaces the calculator agent (a slower
-    one, say); ``concurrency`` is the runner's (default: every rollout in flight at once).
+    one, say); ``concurrency`` is the runner's (default: every rollout in flight at once);
+    ``device`` is where the policy is served and updated (default: CUDA when present).
     """
     from agl_torch.rl import LightningRLTorch
     from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
@@ -316,7 +330,7 @@ def train(
         warm,
         loop=loop,
         learner=LearnerSettings(lr=lr, seed=seed),
-        serving=ServingSettings(device="cpu"),
+        serving=ServingSettings(device=device),
         checkpoints=CheckpointSettings(every=10),
     )
     trainer = agl.Trainer(

@@ -1,4 +1,5 @@
-"""verl's real actor update on CPU, driven by agl-verl's engine step on a converted batch."""
+"""verl's real actor update, driven by agl-verl's engine step on a converted batch, with the
+policy served by agl-torch's server on the same device: on CPU, and on a GPU where one is."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("cpu_actor_update.py")
+SCRIPT = Path(__file__).with_name("actor_update.py")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_verls_ppo_update_trains_the_tiny_model_on_agls_batch(model_dir: Path) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_verls_ppo_update_trains_the_tiny_model_on_agls_batch(model_dir: Path, device: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", str(SCRIPT), str(model_dir)],
+        [sys.executable, "-W", "ignore", str(SCRIPT), str(model_dir), device],
         capture_output=True,
         text=True,
         timeout=280,
@@ -28,8 +30,13 @@ def test_verls_ppo_update_trains_the_tiny_model_on_agls_batch(model_dir: Path) -
     result = json.loads(lines[-1].removeprefix("RESULT "))
     metrics = result["metrics"]
 
-    # the replicas slept through the update and got the new weights after it
-    assert result["replica_calls"] == ["sleep", "update_weights:1"]
+    print(f"verl actor update on {device}: {json.dumps(result)}")
+    assert result["device"].startswith(device)
+    assert result["served_device"].startswith(device)
+    # the server was told of the update, then got the new weights after it: version 1
+    assert result["replica_calls"] == ["sleep", "update_weights:1->v1"]
+    assert result["served_version"] == "1"
+    assert result["served_equal"] == result["served_parameters"] > 0
     # verl's PPO loss ran and every weight moved
     assert result["changed"] == result["parameters"] > 0
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/lr"):
@@ -49,4 +56,6 @@ def test_verls_ppo_update_trains_the_tiny_model_on_agls_batch(model_dir: Path) -
     assert gain > 0
     # single-call samples moved the way their advantage says
     assert result["logprob_delta"][0] > 0 > result["logprob_delta"][1]
+    # ... and so they did on the served model
+    assert result["served_delta"][0] > 0 > result["served_delta"][1]
     assert "timing_s/update_actor" in metrics

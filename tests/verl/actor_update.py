@@ -1,15 +1,21 @@
-"""Run agl-verl's training step with verl's real actor on CPU, in this process; print JSON.
+"""Run agl-verl's training step with verl's real actor, in this process; print JSON.
 
-Run by ``test_actor_cpu.py`` in a subprocess (it changes process-wide state: verl's platform,
-a one-rank gloo process group). verl 0.9 knows only GPU platforms, so this script sets the
-CPU one of ``verl_cpu_platform`` and runs the actor worker verl's trainer uses
+Run by ``test_actor_update.py`` in a subprocess (it changes process-wide state: verl's
+platform, a one-rank process group). It runs the actor worker verl's trainer uses
 (``ActorRolloutRefWorker``, FSDP2 engine, verl's PPO loss) without Ray: the worker's methods
 are what ``RayPPOTrainer`` calls on its worker group. :class:`agl_verl.engine.VerlEngine`
 then runs its step on it: fitting the batch, verl's ``_compute_old_log_prob``, agl's
-advantages, the PPO update, verl's metrics; only the vLLM replicas' sleep / weight sync are
-recorded instead of done (there are no replicas).
+advantages, the PPO update, verl's metrics.
 
-Usage: ``python cpu_actor_update.py MODEL_DIR``
+The policy is served by agl-torch's :class:`~agl_torch.server.PolicyServer` on the same
+device, in place of verl's vLLM replicas: the step's "sleep the replicas" is recorded, and its
+"update the replicas' weights" gathers the actor's full weights and swaps them into the server,
+which answers with the new weight version.
+
+On ``cuda``: verl's CUDA platform and a one-rank NCCL group. On ``cpu``: verl 0.9 knows only
+GPU platforms, so the CPU one of ``verl_cpu_platform`` is set, with a one-rank gloo group.
+
+Usage: ``python actor_update.py MODEL_DIR [cpu|cuda]``
 """
 
 from __future__ import annotations
@@ -44,22 +50,43 @@ def install_cpu_platform() -> None:
     set_platform(CPUPlatform())
 
 
-class ReplicaRecorder:
-    """Where verl's checkpoint manager would put vLLM replicas to sleep and sync weights."""
+class ServedReplica:
+    """verl's checkpoint manager for one agl-torch policy server instead of vLLM replicas."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: Any, module: torch.nn.Module) -> None:
+        self.server = server
+        self.module = module
         self.calls: list[str] = []
 
     def sleep_replicas(self) -> None:
+        # The server keeps serving during the update (it swaps weights between batches).
         self.calls.append("sleep")
 
     def update_weights(self, step: int) -> None:
-        self.calls.append(f"update_weights:{step}")
+        version = self.server.update_weights(get_full_state(self.module))
+        self.calls.append(f"update_weights:{step}->v{version}")
 
 
-def main(model_dir: str) -> dict[str, Any]:
+def served_logprobs(server: Any, samples: list[Any]) -> list[float]:
+    """The summed logprob the served model gives each sample's response."""
+    from agl_torch.policy import token_logprobs
+
+    model = server.engine.model
+    sums = []
+    for sample in samples:
+        ids = torch.tensor([[*sample.prompt_ids, *sample.response_ids]], device=model.device)
+        with torch.inference_mode():
+            logprobs = token_logprobs(model, ids, torch.ones_like(ids))
+        sums.append(float(logprobs[0, len(sample.prompt_ids) :].sum()))
+    return sums
+
+
+def main(model_dir: str, device: str) -> dict[str, Any]:
     started = time.perf_counter()
-    install_cpu_platform()
+    if device == "cpu":
+        install_cpu_platform()
+    else:
+        torch.cuda.set_device(0)
     import torch.distributed as dist
     from transformers import AutoTokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -68,12 +95,14 @@ def main(model_dir: str) -> dict[str, Any]:
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     from agl.lightning import GRPO, Group, Transition, TransitionBatch
+    from agl_torch.server import PolicyServer
     from agl_verl.config import build_config
     from agl_verl.dataproto import to_dataproto
     from agl_verl.engine import VerlEngine, _LoopPosition
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        backend = "gloo" if device == "cpu" else "nccl"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     config = build_config(
         {
             "actor_rollout_ref.model.override_config": {"attn_implementation": "sdpa"},
@@ -85,7 +114,7 @@ def main(model_dir: str) -> dict[str, Any]:
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 3,
             "actor_rollout_ref.actor.optim.lr": 1e-2,
-            "trainer.device": "cpu",
+            "trainer.device": device,
         },
         model_path=model_dir,
         batch_size=2,
@@ -152,6 +181,9 @@ def main(model_dir: str) -> dict[str, Any]:
     before_logprobs = logprobs(data)
     module = worker.actor.engine.module
     before = {name: p.detach().clone() for name, p in module.named_parameters()}
+    server = PolicyServer(model_dir, device=device)
+    server.start()
+    served_before = served_logprobs(server, samples)
 
     # verl's trainer object with the worker in place of its Ray worker group (no __init__:
     # that would start Ray and build verl's datasets).
@@ -162,7 +194,7 @@ def main(model_dir: str) -> dict[str, Any]:
     trainer.use_critic = False
     trainer.use_prefix_grouper = False
     trainer.tokenizer = tokenizer
-    trainer.checkpoint_manager = ReplicaRecorder()
+    trainer.checkpoint_manager = ServedReplica(server, module)
     trainer.train_dataloader = _LoopPosition(1)
     engine = VerlEngine(config, total_steps=1, steps_per_epoch=1)
     engine.trainer = trainer
@@ -176,6 +208,19 @@ def main(model_dir: str) -> dict[str, Any]:
     changed = sum(
         not torch.equal(before[name], p.detach()) for name, p in module.named_parameters()
     )
+    # The served model now holds exactly the actor's weights, and says so over HTTP.
+    served = server.engine.model.state_dict()
+    trained = get_full_state(module)
+    served_equal = sum(torch.equal(served[name].cpu(), t.cpu()) for name, t in trained.items())
+    import httpx
+
+    reply = httpx.post(
+        f"{server.url}/chat/completions",
+        json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        timeout=60,
+    )
+    served_after = served_logprobs(server, samples)
+    server.stop()
     result = {
         "metrics": metrics,
         "replica_calls": trainer.checkpoint_manager.calls,
@@ -183,6 +228,12 @@ def main(model_dir: str) -> dict[str, Any]:
         "changed": changed,
         "advantages": data.batch["advantages"][:, 0].tolist(),
         "logprob_delta": ((after_logprobs - before_logprobs) * mask).sum(-1).tolist(),
+        "served_parameters": len(trained),
+        "served_equal": served_equal,
+        "served_version": reply.headers.get("x-agl-weight-version"),
+        "served_delta": [a - b for a, b in zip(served_after, served_before, strict=True)],
+        "device": str(next(module.parameters()).device),
+        "served_device": str(server.engine.device),
         "setup_s": setup_s,
         "update_s": update_s,
         "samples": len(data),
@@ -191,5 +242,11 @@ def main(model_dir: str) -> dict[str, Any]:
     return result
 
 
+def get_full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
+
+
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(main(sys.argv[1])))
+    print("RESULT " + json.dumps(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu")))
