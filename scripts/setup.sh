@@ -40,3 +40,15 @@ uv sync --locked --all-packages "${skip[@]}"
 if [ -n "$cpu_wheel" ]; then
     uv pip install --quiet --python .venv --no-deps "$cpu_wheel"
 fi
+
+# The dashboard's browser tests drive the distribution's Chromium (Playwright never downloads a
+# browser here). Installed when missing, where apt-get can install it (as root).
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ]; then
+    echo "installing Chromium for the dashboard's browser tests (apt-get install chromium)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 \
+            && apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; } \
+        || echo "could not install Chromium: the browser tests will say so" >&2
+fi

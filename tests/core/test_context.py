@@ -67,3 +67,23 @@ def test_a_context_runs_rollouts_without_a_trainer(tmp_path: Path) -> None:
                 await ctx.serve_llm(["http://127.0.0.1:1/v1"], "m")
 
     asyncio.run(run())
+
+
+def test_steps_logged_from_any_thread_reach_the_store_in_order() -> None:
+    from agl._store_metrics import StoreMetrics
+
+    async def run() -> None:
+        async with MemoryStore() as store:
+            rows = _Rows()
+            sink = StoreMetrics(rows, store, run="r")
+            sink.log(0, {"reward/mean": 0.5, "loss": float("nan")})
+            await asyncio.to_thread(sink.log, 1, {"reward/mean": 0.75})  # an algorithm's thread
+            await sink.aclose()
+            stored = (await store.query_metrics(run="r")).rows
+            assert [(row.step, row.values) for row in stored] == [
+                (0, {"reward/mean": 0.5}),  # NaN is not stored
+                (1, {"reward/mean": 0.75}),
+            ]
+            assert [row["step"] for row in rows.rows] == [0, 1]  # the files got both
+
+    asyncio.run(run())

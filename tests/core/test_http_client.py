@@ -3,7 +3,8 @@
 A real store server on loopback, reached through a TCP relay that can drop a connection after
 passing the request on: the server acts on the request, the client never hears the answer. A
 span batch is then sent again (spans are idempotent) and stored once; a dequeue is not (a second
-claim would strand the first). A request that never reached the server is always sent again.
+claim would strand the first), nor are metrics rows (they would be stored twice). A request that
+never reached the server is always sent again.
 """
 
 from __future__ import annotations
@@ -119,6 +120,21 @@ async def test_a_lost_answer_to_dequeue_is_not_sent_again(server: StoreServer) -
         # The server claimed the rollout once; no second attempt was started behind its back.
         assert len(await direct.query_attempts(rollout.rollout_id)) == 1
         assert await store.dequeue_rollouts() == []
+
+
+async def test_a_lost_answer_to_add_metrics_is_not_sent_again(server: StoreServer) -> None:
+    relay = Relay(int(server.url.rsplit(":", 1)[1]))
+    async with (
+        relay.serving() as url,
+        agl.open_store(url, retries=3) as store,
+        agl.open_store(server.url) as direct,
+    ):
+        row = agl.MetricsRow(run="r", step=0, time=1.0, values={"loss": 0.5})
+        relay.drop_answers = 1
+        with pytest.raises(agl.StoreUnavailableError, match="after 1 tries"):
+            await store.add_metrics([row])
+        # Stored once: sending it again would have drawn the step twice.
+        assert (await direct.query_metrics(run="r")).rows == [row]
 
 
 async def test_a_refused_connection_is_retried_even_for_dequeue() -> None:

@@ -144,7 +144,7 @@ def test_a_wrong_method_is_a_405_with_allow(store_server: StoreServer) -> None:
 
 
 def test_the_http_client_waits_longer_than_one_poll_by_polling_again() -> None:
-    from agl.store._http import _polls
+    from agl.store._http_wire import polls as _polls
 
     assert _polls(130) == [60.0, 60.0, 10.0]
     assert _polls(120) == [60.0, 60.0]

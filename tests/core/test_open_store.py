@@ -70,3 +70,50 @@ async def test_unreachable_http_store_raises_store_unavailable() -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+_SQLITE_BEFORE_FILTERS = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE rollouts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL, mode TEXT NOT NULL, queue_pos INTEGER,
+    next_span_seq INTEGER NOT NULL DEFAULT 1, data TEXT NOT NULL
+);
+CREATE TABLE attempts (
+    rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+    deadline REAL, data TEXT NOT NULL, PRIMARY KEY (rollout_id, attempt_id)
+) WITHOUT ROWID;
+"""
+"""The tables as an agl without rollout filters or metrics wrote them."""
+
+
+@pytest.mark.anyio
+async def test_a_sqlite_file_from_before_the_filters_opens_and_is_filled_in(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_SQLITE_BEFORE_FILTERS)
+        rollout = agl.Rollout(rollout_id="ran", input=1, enqueue_time=5.0, mode="val")
+        attempt = agl.Attempt(
+            rollout_id="ran", attempt_id="at-1", sequence=1, worker_id="w", start_time=6.0
+        )
+        db.execute(
+            "INSERT INTO rollouts (rollout_id, status, mode, data) VALUES ('ran', 'running', "
+            "'val', ?)",
+            (rollout.model_dump_json(),),
+        )
+        db.execute(
+            "INSERT INTO attempts VALUES ('ran', 'at-1', 1, NULL, ?)", (attempt.model_dump_json(),)
+        )
+    for _ in range(2):  # a second opening finds everything in place
+        async with SQLiteStore(path) as store:
+            by_time = await store.query_rollouts(since=5.0, until=5.5)
+            assert [r.rollout_id for r in by_time.rollouts] == ["ran"]
+            assert (await store.query_rollouts(since=5.5)).total == 0
+            assert (await store.query_rollouts(worker_id="w")).total == 1
+            await store.add_metrics([agl.MetricsRow(run="r", step=0, time=1.0)])
+            assert await store.metric_runs() == ["r"]

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,12 +187,19 @@ def test_openapi_spec_lists_the_routes(client: httpx.Client) -> None:
         "/v1/rollouts/{rollout_id}/spans": "get",
         "/v1/resources": "post",
         "/v1/resources/latest": "get",
+        "/v1/resources/{resources_id}": "get",
+        "/v1/metrics": "post",
+        "/v1/metrics/runs": "get",
         "/v1/workers": "get",
         "/v1/statistics": "get",
         "/v1/traces": "post",
     }
     for path, method in expected.items():
         assert method in paths.get(path, {}), f"{method.upper()} {path} missing from the spec"
+    assert {"get", "post"} <= set(paths["/v1/resources"])
+    assert {"get", "post"} <= set(paths["/v1/metrics"])
+    rollout_params = {param["name"] for param in paths["/v1/rollouts"]["get"]["parameters"]}
+    assert {"search", "worker_id", "since", "until", "order"} <= rollout_params
     # The span route parses its body by hand; the spec must still describe it.
     body = paths["/v1/spans"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/SpansBody"}
@@ -304,6 +312,123 @@ def test_unknown_rollout_is_404(client: httpx.Client) -> None:
     rollout_id, _ = claim(client)
     response = client.post(f"/v1/rollouts/{rollout_id}/attempts/at-nope", json={})
     error_of(response, 404, "NotFoundError", field="attempt_id", value="at-nope")
+
+
+# --- what a dashboard reads: rollout filters, resource history, metrics -------------------------
+
+
+def test_rollouts_are_filtered_and_ordered_by_query_parameters(client: httpx.Client) -> None:
+    prefix = f"q-{uuid.uuid4().hex[:8]}"
+    requests = [{"input": i, "rollout_id": f"{prefix}-{i}"} for i in range(4)]
+    response = client.post("/v1/rollouts/enqueue", json={"requests": requests})
+    assert response.status_code == 200, response.text
+    enqueued = response.json()["rollouts"][0]["enqueue_time"]
+    worker = f"w-{prefix}"
+    response = client.post("/v1/rollouts/dequeue", json={"limit": 1, "worker_id": worker})
+    assert response.status_code == 200, response.text
+
+    def ids(**params: Any) -> list[str]:
+        response = client.get("/v1/rollouts", params={"search": prefix, **params})
+        assert response.status_code == 200, response.text
+        return [rollout["rollout_id"] for rollout in response.json()["rollouts"]]
+
+    assert ids() == [f"{prefix}-{i}" for i in range(4)]
+    assert ids(order="oldest", limit=2) == [f"{prefix}-0", f"{prefix}-1"]
+    assert ids(order="newest", limit=2) == [f"{prefix}-3", f"{prefix}-2"]
+    page = client.get("/v1/rollouts", params={"search": prefix, "order": "newest", "limit": 3})
+    assert (page.json()["total"], page.json()["next_offset"]) == (4, 3)
+    assert ids(worker_id=worker) == [f"{prefix}-0"]
+    assert ids(status="queuing", order="newest") == [f"{prefix}-{i}" for i in (3, 2, 1)]
+    assert ids(since=enqueued, until=enqueued + 3600) == [f"{prefix}-{i}" for i in range(4)]
+    assert ids(until=enqueued) == []
+    assert ids(search=f"{prefix}-2") == [f"{prefix}-2"]
+    for i in range(1, 4):  # the server is the module's: leave nothing queued for other tests
+        assert client.post(f"/v1/rollouts/{prefix}-{i}/cancel").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"search": ""}, "search"),
+        ({"search": "x" * 257}, "search"),
+        ({"worker_id": ""}, "worker_id"),
+        ({"since": "nan"}, "since"),
+        ({"until": "inf"}, "until"),
+        ({"since": "yesterday"}, "since"),
+        ({"order": "sideways"}, "order"),
+        ({"limit": "0"}, "limit"),
+    ],
+)
+def test_bad_rollout_query_parameters_are_422_naming_the_field(
+    client: httpx.Client, params: dict[str, str], field: str
+) -> None:
+    response = client.get("/v1/rollouts", params=params)
+    error = error_of(response, 422, "InvalidInputError", field=field)
+    assert field in error["message"]
+
+
+def test_resource_history_pages_newest_first(client: httpx.Client) -> None:
+    published = []
+    for model in ("m1", "m2", "m3"):
+        body = {"resources": {"llm": {"type": "llm", "endpoint": "http://x/v1", "model": model}}}
+        response = client.post("/v1/resources", json=body)
+        assert response.status_code == 200, response.text
+        published.append(response.json())
+    page = client.get("/v1/resources", params={"limit": 2})
+    assert page.status_code == 200, page.text
+    newest = page.json()
+    assert [update["version"] for update in newest["resources"]] == [
+        published[2]["version"],
+        published[1]["version"],
+    ]
+    assert newest["resources"][0] == published[2]
+    assert newest["next_offset"] == 2
+    assert newest["total"] >= 3
+    older = client.get("/v1/resources", params={"limit": 1, "offset": 2}).json()
+    assert older["resources"] == [published[0]]
+    # The routes that were there before keep working.
+    assert client.get("/v1/resources/latest").json() == published[2]
+    assert client.get(f"/v1/resources/{published[0]['resources_id']}").json() == published[0]
+    error_of(client.get("/v1/resources", params={"offset": "-1"}), 422, "InvalidInputError",
+             field="offset")  # fmt: skip
+
+
+def test_metrics_are_added_and_read_back(client: httpx.Client) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    # Python's json writes NaN as a bare token; the server takes it and drops the value.
+    body = (
+        '{"rows": [{"run": "RUN", "step": 0, "time": 1.5, "values": {"loss": NaN, "reward": 0.5}},'
+        ' {"run": "RUN", "step": 1, "time": 2.5, "values": {"reward": 0.75, "kl": null}}]}'
+    ).replace("RUN", run)
+    response = client.post(
+        "/v1/metrics", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 204, response.text
+    page = client.get("/v1/metrics", params={"run": run, "limit": 1})
+    assert page.status_code == 200, page.text
+    assert page.json() == {
+        "rows": [{"run": run, "step": 0, "time": 1.5, "values": {"reward": 0.5}}],
+        "total": 2,
+        "offset": 0,
+        "next_offset": 1,
+    }
+    rest = client.get("/v1/metrics", params={"run": run, "offset": 1}).json()
+    assert rest["rows"] == [{"run": run, "step": 1, "time": 2.5, "values": {"reward": 0.75}}]
+    assert run in client.get("/v1/metrics/runs").json()["runs"]
+
+
+def test_bad_metrics_are_422_and_store_nothing(client: httpx.Client) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    rows = [
+        {"run": run, "step": 0, "time": 1.0, "values": {}},
+        {"run": run, "step": -1, "time": 1.0, "values": {}},
+    ]
+    response = client.post("/v1/metrics", json={"rows": rows})
+    error_of(response, 422, "InvalidInputError", field="rows[1].step", value=-1)
+    response = client.post("/v1/metrics", json={"rows": [{**rows[0], "values": {"a": "x"}}]})
+    error_of(response, 422, "InvalidInputError", field="rows[0].values.a", value="x")
+    assert client.get("/v1/metrics", params={"run": run}).json()["total"] == 0
+    error_of(client.get("/v1/metrics", params={"run": ""}), 422, "InvalidInputError", field="run")
 
 
 def test_unknown_route_is_404_json(client: httpx.Client) -> None:

@@ -109,6 +109,54 @@ def test_the_default_store_keeps_every_trace(tmp_path: Path) -> None:
     assert (rollout.input, rollout.status) == ({"x": 3}, agl.RolloutStatus.SUCCEEDED)
 
 
+def test_a_run_writes_its_step_metrics_into_its_store(tmp_path: Path) -> None:
+    trainer = agl.Trainer(
+        agl.Baseline(loop=agl.LoopSettings(n_epochs=1, batch_size=2)),
+        run_dir=tmp_path / "run-7",
+        console=False,
+        plot=False,
+    )
+    result = trainer.fit(scored, [{"x": x} for x in (1, 2, 3, -1)], val_dataset=[{"x": 9}])
+
+    async def read() -> tuple[list[str], list[agl.MetricsRow]]:
+        async with agl.open_store(result.store_url) as store:
+            return await store.metric_runs(), (await store.query_metrics(run="run-7")).rows
+
+    runs, rows = asyncio.run(read())
+    assert runs == ["run-7"]  # the run directory's name
+    logged = agl.read_metrics(tmp_path / "run-7")
+    assert [(row.step, row.values) for row in rows] == [
+        (record["step"], {k: v for k, v in record.items() if k not in ("step", "time")})
+        for record in logged
+    ]
+    assert [row.step for row in rows if "reward/mean" in row.values] == [1, 2]
+    assert rows[0].values["val/reward/mean"] == pytest.approx(0.9)  # validation before step 1
+
+
+def test_a_store_that_refuses_metrics_does_not_stop_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing(agl.store.MemoryStore):
+        async def add_metrics(self, rows: Any) -> None:
+            raise agl.StoreUnavailableError("store at http://nowhere unreachable")
+
+    trainer = agl.Trainer(
+        agl.Baseline(loop=agl.LoopSettings(batch_size=1)),
+        store=Refusing(),
+        run_dir=tmp_path / "run",
+        console=False,
+        plot=False,
+    )
+    with caplog.at_level("WARNING", logger="agl._store_metrics"):
+        result = trainer.fit(scored, [{"x": 1}, {"x": 2}, {"x": 3}])
+    assert [row["step"] for row in result.history] == [1, 2, 3]
+    assert len(agl.read_metrics(tmp_path / "run")) == 3
+    warnings = [r for r in caplog.records if r.name == "agl._store_metrics"]
+    assert len(warnings) == 1  # once a run, not once a step
+    assert "unreachable" in warnings[0].getMessage()
+    assert "training goes on" in warnings[0].getMessage()
+
+
 def test_fit_reads_a_jsonl_dataset(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"x": x}) + "\n" for x in range(4)))

@@ -29,11 +29,21 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The quickstart's model after its SFT warm-up (seed 0), shared by the learning tests."""
+def warm_model(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The quickstart's model after its SFT warm-up (seed 0), shared by the learning tests:
+    made once per test run, also when the tests are spread over pytest-xdist's workers."""
+    from filelock import FileLock
+
     from agl_torch.quickstart import warm_up_model
 
-    return warm_up_model(tmp_path_factory.mktemp("quickstart"), seed=0, progress=False)
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # the folder every worker's own temp folder is in
+    folder = root / "quickstart-warm"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "warm-model" / "config.json").is_file():
+            warm_up_model(folder, seed=0, progress=False)
+    return folder / "warm-model"
 
 
 @pytest.mark.slow

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 
 import agl
-from agl import Rollout, RolloutConfig, RolloutRequest, RolloutStatus, Worker
+from agl import Attempt, Rollout, RolloutConfig, RolloutRequest, RolloutStatus, Worker
 from agl._spans import new_span_id, new_trace_id
 from agl.store._checks import redact
 from agl.store._postgres import PostgresStore
-from agl.store._postgres_sql import SCHEMA_VERSION, migrate
+from agl.store._postgres_schema import SCHEMA_VERSION, migrate
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
 from agl.testing.processes import Processes
@@ -177,6 +177,18 @@ async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
             "('kept', 'queuing', nextval('agl_queue_pos'), %s)",
             (Rollout(rollout_id="kept", input=1, enqueue_time=1.0).model_dump_json(),),
         )
+        attempt = Attempt(
+            rollout_id="ran", attempt_id="at-1", sequence=1, worker_id="old-w", start_time=5.0
+        )
+        db.execute(
+            "INSERT INTO agl_rollouts (rollout_id, status, data) VALUES ('ran', 'running', %s)",
+            (Rollout(rollout_id="ran", input=2, enqueue_time=5.0).model_dump_json(),),
+        )
+        db.execute(
+            "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, data) "
+            "VALUES ('ran', 'at-1', 1, %s)",
+            (attempt.model_dump_json(),),
+        )
         worker = Worker(worker_id="w", first_seen_time=1.0, last_seen_time=2.0, num_claimed=3)
         db.execute("INSERT INTO agl_workers VALUES ('w', %s)", (worker.model_dump_json(),))
         db.commit()
@@ -184,9 +196,15 @@ async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
     try:
         assert store.migrated_from == 1
         assert (await store.get_rollout("kept")).input == 1
+        # Columns added since are filled in from the rows already stored.
+        by_time = await store.query_rollouts(since=1.0, until=5.0)
+        assert [rollout.rollout_id for rollout in by_time.rollouts] == ["kept"]
+        by_worker = await store.query_rollouts(worker_id="old-w")
+        assert [rollout.rollout_id for rollout in by_worker.rollouts] == ["ran"]
         assert await store.query_workers() == [worker]
         claims = await store.dequeue_rollouts(worker_id="w")
         assert [claim.rollout.rollout_id for claim in claims] == ["kept"]
+        assert (await store.query_rollouts(worker_id="w")).rollouts[0].rollout_id == "kept"
         (seen,) = await store.query_workers()
         assert (seen.first_seen_time, seen.num_claimed) == (1.0, 4)
         assert seen.last_seen_time > 2.0

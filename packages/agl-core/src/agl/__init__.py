@@ -23,11 +23,13 @@ from agl._errors import (
     TemplateFormatError,
     UnauthorizedError,
 )
+from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import (
     LLM,
     GenericResource,
     PromptTemplate,
     Resource,
+    ResourcesPage,
     ResourcesUpdate,
     register_resource_type,
     resource_types,
@@ -136,11 +138,14 @@ __all__ = [
     "InvalidInputError",
     "LitAgent",
     "LoopSettings",
+    "MetricsPage",
+    "MetricsRow",
     "NoRolloutError",
     "NotFoundError",
     "PerAgent",
     "PromptTemplate",
     "Resource",
+    "ResourcesPage",
     "ResourcesUpdate",
     "Rollout",
     "RolloutConfig",

@@ -57,7 +57,8 @@ class _NoHooks:
 
 
 class MetricsSink(Protocol):
-    """Where a run's metrics go (the trainer's :class:`agl._metrics.MetricsLogger`)."""
+    """Where a run's metrics go (the trainer's: a :class:`agl._metrics.MetricsLogger`, whose
+    steps :class:`agl._store_metrics.StoreMetrics` also sends to the run's store)."""
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record one step's figures."""
@@ -256,7 +257,8 @@ class AlgorithmContext:
         ]
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Record one step's metrics (console, ``metrics.jsonl``, TensorBoard when installed)."""
+        """Record one step's metrics (under the trainer: the console, ``metrics.jsonl``,
+        TensorBoard when installed, and the run's store)."""
         self.metrics.log(step, metrics)
         self.state.history.append({"step": float(step), **metrics})
 

@@ -20,6 +20,7 @@ that body back into the same exception class, so code behaves the same against e
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = [
@@ -117,7 +118,10 @@ ERRORS_BY_NAME: dict[str, type[AglError]] = {
 
 
 def _shorten(value: Any, limit: int = 200) -> Any:
-    """Return ``value`` itself when it is a short scalar, else a truncated ``repr``."""
+    """Return ``value`` itself when it is a short scalar, else a truncated ``repr`` (NaN and
+    infinities too: JSON has no number for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= limit):
         return value
     text = repr(value)

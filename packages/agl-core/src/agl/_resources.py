@@ -37,6 +37,7 @@ __all__ = [
     "GenericResource",
     "PromptTemplate",
     "Resource",
+    "ResourcesPage",
     "ResourcesUpdate",
     "register_resource_type",
     "resource_types",
@@ -286,3 +287,14 @@ class ResourcesUpdate(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"resource {name!r}: {exc}") from None
         return parsed
+
+
+class ResourcesPage(BaseModel):
+    """One page of the resource sets a store holds, newest version first."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    resources: list[ResourcesUpdate]
+    total: int = Field(description="How many resource sets the store holds in all.")
+    offset: int
+    next_offset: int | None = Field(description="The offset of the next page, None at the end.")

@@ -18,7 +18,7 @@ from pydantic import JsonValue
 
 from agl._errors import InvalidInputError
 from agl._results import RolloutResult, fetch_results
-from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest
+from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest, RolloutStatus
 
 if TYPE_CHECKING:
     from agl._context import AlgorithmContext
@@ -161,8 +161,11 @@ class RolloutStream:
             if not unfinished:
                 continue
             for rollout_id in unfinished:
-                await self._ctx.store.cancel_rollout(rollout_id)
-            self._ctx.totals["timed_out"] += len(unfinished)
+                # One that finished meanwhile (not yet collected) keeps its outcome: only the
+                # rollouts this cancel stopped are counted as past the timeout.
+                stopped = await self._ctx.store.cancel_rollout(rollout_id)
+                if stopped.status == RolloutStatus.CANCELLED:
+                    self._ctx.totals["timed_out"] += 1
             ready += 1
 
     def _count(self, results: list[RolloutResult]) -> None:

@@ -243,7 +243,7 @@ class Claim(BaseModel):
 
 
 class RolloutPage(BaseModel):
-    """One page of a rollout query, in enqueue order."""
+    """One page of a rollout query, in enqueue order (or its reverse, when asked)."""
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 

@@ -80,17 +80,37 @@ class BearerTokenMiddleware:
         token: The token every request must carry.
         refusal: Builds the JSON body of the 401 from a message (each server has its own error
             format: the store's, or OpenAI's for the gateway).
+        public: Paths served without the token to ``GET`` requests: exact paths, or prefixes
+            ending in ``/`` (the dashboard's page and assets, which hold no data).
     """
 
-    def __init__(self, app: ASGIApp, token: str, refusal: Callable[[str], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        refusal: Callable[[str], dict[str, Any]],
+        public: tuple[str, ...] = (),
+    ) -> None:
         if not token:
             raise InvalidInputError("the token must not be empty", field="token")
         self.app = app
         self.expected = token.encode()
         self.refusal = refusal
+        self.public_exact = frozenset(p for p in public if not p.endswith("/") or p == "/")
+        self.public_prefixes = tuple(p for p in public if p.endswith("/") and p != "/")
+
+    def _public(self, scope: Scope) -> bool:
+        if scope.get("method") not in ("GET", "HEAD"):
+            return False
+        path = scope.get("path", "")
+        return path in self.public_exact or (
+            bool(self.public_prefixes)
+            and path.startswith(self.public_prefixes)
+            and ".." not in path
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or self._public(scope):
             await self.app(scope, receive, send)
             return
         header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")

@@ -16,8 +16,10 @@ What :meth:`Trainer.fit` starts, and stops again, whatever happens:
 - the **gateway**, when the algorithm serves an LLM it trains (:meth:`AlgorithmContext.serve_llm`).
 
 Progress shows as a bar per batch of rollouts (done, failed, retried, reward so far); metrics
-go to the console, ``metrics.jsonl`` / ``metrics.csv`` in the run directory and TensorBoard when
-installed; a summary and a reward-curve PNG (when matplotlib is installed) end the run.
+go to the console, ``metrics.jsonl`` / ``metrics.csv`` in the run directory, TensorBoard when
+installed, and the store (one :class:`~agl.MetricsRow` per step, the run named after its run
+directory, sent in the background: :mod:`agl._store_metrics`); a summary and a reward-curve PNG
+(when matplotlib is installed) end the run.
 """
 
 from __future__ import annotations
@@ -227,6 +229,7 @@ class Trainer:
         val: list[JsonValue],
     ) -> FitResult:
         from agl._metrics import MetricsLogger
+        from agl._store_metrics import StoreMetrics
 
         started = time.monotonic()
         run_dir = self.run_dir or _default_run_dir(getattr(algorithm, "name", "run"))
@@ -240,9 +243,11 @@ class Trainer:
         async with contextlib.AsyncExitStack() as stack:
             if owns_store:
                 stack.push_async_callback(store.close)
-            metrics = stack.enter_context(
+            logged = stack.enter_context(
                 MetricsLogger(run_dir, console=self.console or False, verbose=self.verbose)
             )
+            metrics = StoreMetrics(logged, store, run=run_dir.resolve().name)
+            stack.push_async_callback(metrics.aclose)
             runners = RunnerPool(
                 agent, store, self.n_runners, self.concurrency, self.instrument, self.plugins
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from agl.cli._dashboard import dashboard_command
 from agl.cli._gateway import gateway_app
 from agl.cli._metrics import metrics_app
 from agl.cli._plugins import plugins_command
@@ -25,6 +26,7 @@ app.add_typer(rollouts_app, name="rollouts")
 app.add_typer(metrics_app, name="metrics", help="Show or plot a run's metrics.")
 app.command("runner")(runner_command)
 app.command("plugins")(plugins_command)
+app.command("dashboard")(dashboard_command)
 
 
 @app.command()

@@ -31,8 +31,12 @@ def store_serve(
     ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB.")] = 64.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    dashboard: Annotated[
+        bool, typer.Option(help="Serve the dashboard at / (read-only; behind the token).")
+    ] = True,
 ) -> None:
-    """Serve a store over HTTP for runners and trainers on other processes or machines."""
+    """Serve a store over HTTP for runners and trainers on other processes or machines, with
+    the dashboard at http://HOST:PORT/."""
     try:
         from agl._server_thread import require_server_extra
 
@@ -46,8 +50,11 @@ def store_serve(
         store = open_store(db)
         console.print(
             f"[bold]agl store[/] serving [cyan]{redact(db)}[/] on http://{host}:{port}"
-            + (" (token required)" if token else "")
+            + (" (token required)" if token else ""),
+            soft_wrap=True,
         )
+        if dashboard:
+            console.print(f"dashboard: http://{host}:{port}/", soft_wrap=True)
         serve(
             store,
             host=host,
@@ -55,6 +62,7 @@ def store_serve(
             token=token,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             log_level=log_level,
+            dashboard=dashboard,
         )
     except AglError as exc:
         fail(exc, 2)

@@ -123,6 +123,13 @@ class _Rollout:
     returns: list[float]
     advantages: list[float] = field(default_factory=list)
 
+    @property
+    def rollout_id(self) -> str:
+        return self.result.rollout.rollout_id
+
+    def call_keys(self) -> list[tuple[str, int]]:
+        return [(call.rollout_id, call.index) for call in self.calls]
+
 
 class TransitionBuilder:
     """Credit assignment and advantages: how finished rollouts become transitions.
@@ -234,9 +241,10 @@ class TransitionBuilder:
             report.notes["other_agents_calls"] += len(attempt.calls) - mine
             final, reason = self._final_reward(result, attempt)
             if final is None:
-                report.dropped_rollouts[reason] += 1
-                if mine:
-                    report.dropped_calls[reason] += mine
+                mine_calls = [
+                    (call.rollout_id, call.index) for call in attempt.calls if selected(call.agent)
+                ]
+                report.drop_rollout(result.rollout.rollout_id, mine_calls, reason)
                 continue
             returns = self.credit.assign(attempt.calls, final)
             if len(returns) != len(attempt.calls):
@@ -261,9 +269,7 @@ class TransitionBuilder:
                 stale = _staleness(groups[key], policy_version, max_staleness)
                 if stale is not None:
                     for member in groups.pop(key):
-                        report.dropped_rollouts[stale] += 1
-                        if member.calls:
-                            report.dropped_calls[stale] += len(member.calls)
+                        report.drop_rollout(member.rollout_id, member.call_keys(), stale)
         keys = list(groups)
         estimated = self.advantage.estimate(
             [
@@ -279,9 +285,7 @@ class TransitionBuilder:
                 if self.drop_zero_variance:
                     reason = "single_rollout_group" if len(members) < 2 else "zero_variance_group"
                     for member in members:
-                        report.dropped_rollouts[reason] += 1
-                        if member.calls:
-                            report.dropped_calls[reason] += len(member.calls)
+                        report.drop_rollout(member.rollout_id, member.call_keys(), reason)
                     continue
                 advantages = [[0.0] * len(member.calls) for member in members]
             for member, rollout_advantages in zip(members, advantages, strict=True):
@@ -324,10 +328,10 @@ class TransitionBuilder:
         for call, ret, adv in zip(member.calls, member.returns, member.advantages, strict=True):
             prompt, response = call.prompt_ids, call.response_ids
             if prompt is None or response is None:
-                report.dropped_calls["no_token_ids"] += 1
+                report.drop_call(call.rollout_id, call.index, "no_token_ids")
                 continue
             if not response:
-                report.dropped_calls["empty_response"] += 1
+                report.drop_call(call.rollout_id, call.index, "empty_response")
                 continue
             logprobs = call.logprobs
             if logprobs is not None and len(logprobs) != len(response):
@@ -340,11 +344,11 @@ class TransitionBuilder:
                     continue
                 report.notes[merged] += 1
             if self.max_prompt_length is not None and len(prompt) > self.max_prompt_length:
-                report.dropped_calls["prompt_too_long"] += 1
+                report.drop_call(call.rollout_id, call.index, "prompt_too_long")
                 previous.pop(call.agent, None)
                 continue
             if max_response is not None and len(response) > max_response:
-                report.dropped_calls["response_too_long"] += 1
+                report.drop_call(call.rollout_id, call.index, "response_too_long")
                 previous.pop(call.agent, None)
                 continue
             sample = Transition(

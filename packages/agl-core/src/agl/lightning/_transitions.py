@@ -101,6 +101,9 @@ class DropReport:
             previous one and started a new sample), ``logprobs_mismatch`` (logprobs of the wrong
             length, left out), ``reparented_spans``, ``joined_by_order``, ``gateway_only``,
             ``instrumented_only``, ``unmatched_rewards``, ``other_agents_calls``.
+        rollout_reasons: Why each dropped rollout was dropped, by rollout id.
+        call_reasons: Why each dropped call was dropped, by ``(rollout_id, call_index)`` (a
+            call of a dropped rollout has its rollout's reason).
     """
 
     calls_seen: int = 0
@@ -108,6 +111,22 @@ class DropReport:
     dropped_calls: Counter[str] = field(default_factory=Counter)
     dropped_rollouts: Counter[str] = field(default_factory=Counter)
     notes: Counter[str] = field(default_factory=Counter)
+    rollout_reasons: dict[str, str] = field(default_factory=dict)
+    call_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def drop_rollout(self, rollout_id: str, calls: Sequence[tuple[str, int]], reason: str) -> None:
+        """Count a rollout dropped for ``reason``, with its selected ``calls``
+        (``(rollout_id, call_index)`` pairs)."""
+        self.dropped_rollouts[reason] += 1
+        self.rollout_reasons[rollout_id] = reason
+        if calls:
+            self.dropped_calls[reason] += len(calls)
+            self.call_reasons.update(dict.fromkeys(calls, reason))
+
+    def drop_call(self, rollout_id: str, call_index: int, reason: str) -> None:
+        """Count one call dropped for ``reason``."""
+        self.dropped_calls[reason] += 1
+        self.call_reasons[(rollout_id, call_index)] = reason
 
     def as_metrics(self, prefix: str = "transitions/") -> dict[str, float]:
         """Flat metrics for :meth:`agl.AlgorithmContext.log`."""

@@ -23,7 +23,8 @@ from typing import Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agl._resources import Resource, ResourcesUpdate
+from agl._metric_rows import MetricsPage, MetricsRow
+from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
     AttemptStatus,
@@ -96,8 +97,31 @@ class Store(Protocol):
         mode: RolloutMode | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        search: str | None = None,
+        worker_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = False,
     ) -> RolloutPage:
-        """Return one page of rollouts, in enqueue order, optionally filtered by status/mode."""
+        """Return one page of rollouts, in enqueue order, filtered by what is given.
+
+        Args:
+            status: One status or several: the rollout is in one of them.
+            mode: The rollout's mode (``train``, ``val``, ``test``).
+            limit: Rollouts per page, 1 to 10,000.
+            offset: How many matching rollouts to skip (the page's ``next_offset`` goes on).
+            search: Text the ``rollout_id`` contains (case-sensitive, taken literally), 1 to
+                256 characters.
+            worker_id: A worker that ran any of the rollout's attempts.
+            since: Enqueued at or after this time (Unix seconds).
+            until: Enqueued before this time (Unix seconds).
+            newest_first: The latest enqueued first (the default is oldest first).
+
+        Raises:
+            InvalidInputError: naming the field: an empty or over-long ``search``, an empty
+                ``worker_id``, a ``since``/``until`` that is not a finite number, a bad page.
+        """
         ...
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
@@ -155,6 +179,28 @@ class Store(Protocol):
 
     async def get_resources(self, resources_id: str | None = None) -> ResourcesUpdate | None:
         """Return a set of resources by id, or the latest (None if none was published)."""
+        ...
+
+    async def query_resources(self, limit: int = 100, offset: int = 0) -> ResourcesPage:
+        """Return one page of the published resource sets, newest version first."""
+        ...
+
+    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+        """Store a batch of training metrics rows (one per logged step of a run), in order.
+
+        The whole batch is stored or nothing is. Rows are not deduplicated: a run that logs a
+        step again (resumed from a checkpoint) adds a row for it again.
+        """
+        ...
+
+    async def query_metrics(
+        self, run: str | None = None, limit: int = 10_000, offset: int = 0
+    ) -> MetricsPage:
+        """Return one page of metrics rows (of one run, or of all), in the order added."""
+        ...
+
+    async def metric_runs(self) -> list[str]:
+        """Return the runs that added metrics rows, in the order each first did."""
         ...
 
     async def query_workers(self) -> list[Worker]:

@@ -7,10 +7,12 @@ was (the memory backend relies on this; SQLite also rolls back its savepoint).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from agl._errors import ConflictError, InvalidInputError, NotFoundError
-from agl._resources import Resource, ResourcesUpdate
+from agl._metric_rows import MetricsPage
+from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
     AttemptStatus,
@@ -23,7 +25,7 @@ from agl._rollouts import (
     new_id,
 )
 from agl._spans import Span
-from agl.store._tx import SpanKey, Transaction
+from agl.store._tx import RolloutFilter, SpanKey, Transaction
 
 MAX_PAGE_SIZE = 10_000
 HEARTBEAT_REFRESH_SECONDS = 0.1
@@ -288,21 +290,66 @@ def get_rollouts(tx: Transaction, rollout_ids: Sequence[str]) -> list[Rollout]:
     return result
 
 
-def query_rollouts(
-    tx: Transaction,
+MAX_SEARCH_LENGTH = 256
+"""The longest text a rollout query searches ids for."""
+
+
+def rollout_filter(
     statuses: Sequence[RolloutStatus] | None,
     mode: RolloutMode | None,
-    limit: int,
-    offset: int,
-) -> RolloutPage:
-    """Return one page of rollouts in enqueue order."""
-    if not 1 <= limit <= MAX_PAGE_SIZE:
+    *,
+    search: str | None = None,
+    worker_id: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    newest_first: bool = False,
+) -> RolloutFilter:
+    """Check the filters of a rollout query (see :meth:`Store.query_rollouts`) and bundle them.
+
+    Raises InvalidInputError naming the field: an empty ``search`` or one longer than
+    :data:`MAX_SEARCH_LENGTH`, an empty ``worker_id``, a ``since``/``until`` that is not a
+    finite number.
+    """
+    if search is not None and (
+        not isinstance(search, str) or not 1 <= len(search) <= MAX_SEARCH_LENGTH
+    ):
         raise InvalidInputError(
-            f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}", field="limit", value=limit
+            f"search must be text of 1 to {MAX_SEARCH_LENGTH} characters, got {search!r}",
+            field="search",
+            value=search,
         )
-    if offset < 0:
-        raise InvalidInputError(f"offset must be >= 0, got {offset}", field="offset", value=offset)
-    rollouts, total = tx.rollouts_query(statuses, mode, limit, offset)
+    if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
+        raise InvalidInputError(
+            f"worker_id must be a non-empty string, got {worker_id!r}",
+            field="worker_id",
+            value=worker_id,
+        )
+    for field, value in (("since", since), ("until", until)):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise InvalidInputError(
+                f"{field} must be a finite number of Unix seconds, got {value!r}",
+                field=field,
+                value=value,
+            )
+    return RolloutFilter(
+        statuses=None if statuses is None else tuple(statuses),
+        mode=mode,
+        search=search,
+        worker_id=worker_id,
+        since=None if since is None else float(since),
+        until=None if until is None else float(until),
+        newest_first=bool(newest_first),
+    )
+
+
+def query_rollouts(tx: Transaction, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
+    """Return one page of the rollouts ``where`` matches, in enqueue order or its reverse."""
+    _check_page(limit, offset)
+    rollouts, total = tx.rollouts_query(where, limit, offset)
     end = offset + len(rollouts)
     return RolloutPage(
         rollouts=rollouts, total=total, offset=offset, next_offset=end if end < total else None
@@ -348,7 +395,40 @@ def get_resources(tx: Transaction, resources_id: str | None) -> ResourcesUpdate 
     return update
 
 
+def query_resources(tx: Transaction, limit: int, offset: int) -> ResourcesPage:
+    """Return one page of the published resource sets, newest version first."""
+    _check_page(limit, offset)
+    updates, total = tx.resources_page(limit, offset)
+    end = offset + len(updates)
+    return ResourcesPage(
+        resources=updates, total=total, offset=offset, next_offset=end if end < total else None
+    )
+
+
+def query_metrics(tx: Transaction, run: str | None, limit: int, offset: int) -> MetricsPage:
+    """Return one page of metrics rows (of one run, or all) in the order they were added."""
+    if run is not None and (not isinstance(run, str) or not run):
+        raise InvalidInputError(
+            f"run must be a non-empty string, got {run!r}", field="run", value=run
+        )
+    _check_page(limit, offset)
+    rows, total = tx.metrics_query(run, limit, offset)
+    end = offset + len(rows)
+    return MetricsPage(
+        rows=rows, total=total, offset=offset, next_offset=end if end < total else None
+    )
+
+
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _check_page(limit: int, offset: int) -> None:
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInputError(
+            f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}", field="limit", value=limit
+        )
+    if offset < 0:
+        raise InvalidInputError(f"offset must be >= 0, got {offset}", field="offset", value=offset)
 
 
 def _get_attempt(tx: Transaction, rollout_id: str, attempt_id: str) -> tuple[Rollout, Attempt]:

@@ -5,8 +5,9 @@ response models cost more per request than the store's server spends answering i
 failures are retried with exponential backoff; requests that may have reached the server are
 retried only when repeating them is harmless, which the client arranges: it names new rollouts
 and resource sets itself, so a repeated enqueue or publish finds the first one, and spans are
-idempotent in every store. The server's JSON errors come back as the same exception classes the
-other backends raise.
+idempotent in every store (a dequeue and a batch of metrics rows are not repeated: the first
+would claim twice, the second store its rows twice). The server's JSON errors come back as the
+same exception classes the other backends raise (:mod:`agl.store._http_wire`).
 """
 
 from __future__ import annotations
@@ -16,19 +17,13 @@ import os
 import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, TypeAdapter
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
-from agl._errors import (
-    ERRORS_BY_NAME,
-    AglError,
-    InvalidInputError,
-    StoreError,
-    StoreUnavailableError,
-)
-from agl._resources import Resource, ResourcesUpdate
+from agl._errors import StoreError, StoreUnavailableError
+from agl._metric_rows import MetricsPage, MetricsRow
+from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
     AttemptStatus,
@@ -43,7 +38,16 @@ from agl._rollouts import (
 )
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
-from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS, as_list, as_resources
+from agl.store._checks import as_list, as_resources
+from agl.store._http_wire import (
+    base_url,
+    decode,
+    never_sent,
+    path_segment,
+    polls,
+    ssl_context,
+    starting_at,
+)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -58,50 +62,12 @@ _attempts = TypeAdapter(list[Attempt])
 _spans = TypeAdapter(list[Span])
 _workers = TypeAdapter(list[Worker])
 _ints = TypeAdapter(list[int])
+_strs = TypeAdapter(list[str])
+_metrics = TypeAdapter(list[MetricsRow])
 _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
 _JSON_CONTENT = {"content-type": "application/json"}
-
-
-def starting_at(url: str, index: int) -> str:
-    """``url`` with its servers rotated so that client ``index`` starts at server ``index``.
-
-    A URL of one server is returned as it is. Giving each of N clients its own start spreads
-    them over the servers instead of sending all of them to the first.
-    """
-    servers = url.split(",")
-    first = index % len(servers)
-    return ",".join(servers[first:] + servers[:first])
-
-
-def _base_url(one: str, url: str) -> str:
-    parts = urlsplit(one)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidInputError(
-            f"HTTP store URL must look like http://host:port (several: "
-            f"http://a:4747,http://b:4747), got {url!r}",
-            field="url",
-            value=url,
-        )
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-
-
-def _never_sent(exc: Exception) -> bool | None:
-    """Say whether a request that raised ``exc`` surely never reached the server.
-
-    Returns:
-        True when no connection was made (so sending again is always safe), False when the
-        connection failed after the request may have gone out, None when ``exc`` is not a
-        transport failure at all.
-    """
-    import aiohttp
-
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return True
-    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError):
-        return False
-    return None
 
 
 class HttpStore(ClosingStore):
@@ -128,7 +94,7 @@ class HttpStore(ClosingStore):
         timeout: float = 30.0,
         retries: int = 5,
     ) -> None:
-        self._bases = [_base_url(one.strip(), url) for one in url.split(",")]
+        self._bases = [base_url(one.strip(), url) for one in url.split(",")]
         self._current = 0
         self._https = any(base.startswith("https:") for base in self._bases)
         self._token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
@@ -153,7 +119,7 @@ class HttpStore(ClosingStore):
 
             headers = {"authorization": f"Bearer {self._token}"} if self._token else {}
             connector = aiohttp.TCPConnector(
-                limit=256, keepalive_timeout=5.0, ssl=_ssl_context() if self._https else True
+                limit=256, keepalive_timeout=5.0, ssl=ssl_context() if self._https else True
             )
             session = aiohttp.ClientSession(
                 connector=connector,
@@ -206,14 +172,14 @@ class HttpStore(ClosingStore):
                 ) as response:
                     status, body = response.status, await response.read()
             except Exception as exc:
-                never_sent = _never_sent(exc)
-                if never_sent is None:
+                unsent = never_sent(exc)
+                if unsent is None:
                     raise
-                if not (never_sent or idempotent) or attempt == self._retries:
+                if not (unsent or idempotent) or attempt == self._retries:
                     raise StoreUnavailableError(
                         f"store at {base} unreachable ({type(exc).__name__}: {exc}) "
                         f"after {attempt + 1} tries"
-                        + ("" if never_sent else "; not repeated: it may have been carried out")
+                        + ("" if unsent else "; not repeated: it may have been carried out")
                     ) from exc
                 if self._fail_over(base):
                     continue  # another server answers for the same data: try it at once
@@ -225,7 +191,7 @@ class HttpStore(ClosingStore):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            return _decode(status, body)
+            return decode(status, body)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _fail_over(self, failed: str) -> bool:
@@ -258,7 +224,7 @@ class HttpStore(ClosingStore):
         self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
     ) -> list[Claim]:
         # The server holds one poll for at most MAX_POLL_SECONDS: a longer wait is several.
-        for poll in _polls(wait):
+        for poll in polls(wait):
             data = await self._request(
                 "POST",
                 "/v1/rollouts/dequeue",
@@ -273,7 +239,7 @@ class HttpStore(ClosingStore):
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         return Rollout.model_validate(
-            await self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}")
+            await self._request("GET", f"/v1/rollouts/{path_segment(rollout_id)}")
         )
 
     async def query_rollouts(
@@ -282,17 +248,32 @@ class HttpStore(ClosingStore):
         mode: RolloutMode | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        search: str | None = None,
+        worker_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = False,
     ) -> RolloutPage:
+        # Values go as they are: the server checks them and names a bad one (422).
         params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             params.extend(("status", str(getattr(value, "value", value))) for value in statuses)
-        if mode is not None:
-            params.append(("mode", mode))
+        optional = {
+            "mode": mode,
+            "search": search,
+            "worker_id": worker_id,
+            "since": since,
+            "until": until,
+        }
+        params.extend((key, str(value)) for key, value in optional.items() if value is not None)
+        if newest_first:
+            params.append(("order", "newest"))
         return RolloutPage.model_validate(await self._request("GET", "/v1/rollouts", params=params))
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
-        data = await self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}/attempts")
+        data = await self._request("GET", f"/v1/rollouts/{path_segment(rollout_id)}/attempts")
         return _attempts.validate_python(data["attempts"])
 
     async def update_attempt(
@@ -305,7 +286,7 @@ class HttpStore(ClosingStore):
     ) -> Attempt:
         data = await self._request(
             "POST",
-            f"/v1/rollouts/{_seg(rollout_id)}/attempts/{_seg(attempt_id)}",
+            f"/v1/rollouts/{path_segment(rollout_id)}/attempts/{path_segment(attempt_id)}",
             json={
                 "status": None if status is None else AttemptStatus(status).value,
                 "heartbeat": heartbeat,
@@ -315,12 +296,12 @@ class HttpStore(ClosingStore):
         return Attempt.model_validate(data)
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
-        data = await self._request("POST", f"/v1/rollouts/{_seg(rollout_id)}/cancel")
+        data = await self._request("POST", f"/v1/rollouts/{path_segment(rollout_id)}/cancel")
         return Rollout.model_validate(data)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
         ids = list(as_list(rollout_ids, "rollout_ids", str))
-        for poll in _polls(timeout):
+        for poll in polls(timeout):
             data = await self._request(
                 "POST",
                 "/v1/rollouts/wait",
@@ -344,7 +325,9 @@ class HttpStore(ClosingStore):
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
         params = {} if attempt_id is None else {"attempt_id": attempt_id}
-        data = await self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}/spans", params=params)
+        data = await self._request(
+            "GET", f"/v1/rollouts/{path_segment(rollout_id)}/spans", params=params
+        )
         return _spans.validate_python(data["spans"])
 
     # --- resources and workers --------------------------------------------------------------
@@ -366,13 +349,40 @@ class HttpStore(ClosingStore):
         path = (
             "/v1/resources/latest"
             if resources_id is None
-            else f"/v1/resources/{_seg(resources_id)}"
+            else f"/v1/resources/{path_segment(resources_id)}"
         )
         return _optional_resources.validate_python(await self._request("GET", path))
+
+    async def query_resources(self, limit: int = 100, offset: int = 0) -> ResourcesPage:
+        params = {"limit": limit, "offset": offset}
+        return ResourcesPage.model_validate(
+            await self._request("GET", "/v1/resources", params=params)
+        )
 
     async def query_workers(self) -> list[Worker]:
         data = await self._request("GET", "/v1/workers")
         return _workers.validate_python(data["workers"])
+
+    # --- metrics ----------------------------------------------------------------------------
+
+    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+        rows = as_list(rows, "rows", MetricsRow)
+        if rows:
+            body = b'{"rows":' + _metrics.dump_json(rows) + b"}"
+            # Not repeated once it may have reached the server: that would add the rows twice.
+            await self._request("POST", "/v1/metrics", content=body, idempotent=False)
+
+    async def query_metrics(
+        self, run: str | None = None, limit: int = 10_000, offset: int = 0
+    ) -> MetricsPage:
+        params: dict[str, str | int] = {"limit": limit, "offset": offset}
+        if run is not None:
+            params["run"] = run
+        return MetricsPage.model_validate(await self._request("GET", "/v1/metrics", params=params))
+
+    async def metric_runs(self) -> list[str]:
+        data = await self._request("GET", "/v1/metrics/runs")
+        return _strs.validate_python(data["runs"])
 
     async def statistics(self) -> StoreStatistics:
         return StoreStatistics.model_validate(await self._request("GET", "/v1/statistics"))
@@ -408,52 +418,3 @@ class HttpStore(ClosingStore):
                 await session.close()
             elif not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(session.close(), loop)
-
-
-def _decode(status: int, body: bytes) -> Any:
-    """Return the JSON body of a success, or raise the error the server described."""
-    try:
-        data = from_json(body) if body else None
-    except ValueError:
-        data = None
-    if 200 <= status < 300:
-        return data
-    info = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(info, dict):
-        raise StoreError(
-            f"store answered {status} without an agl error body: "
-            f"{body.decode(errors='replace')[:200]!r}"
-        )
-    cls: type[AglError] = ERRORS_BY_NAME.get(str(info.get("type")), StoreError)
-    raise cls(str(info.get("message")), field=info.get("field"), value=info.get("value"))
-
-
-def _ssl_context() -> Any:
-    """Verify servers against certifi's roots, as httpx (the client before aiohttp) did."""
-    import ssl
-
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
-
-
-def _seg(value: str) -> str:
-    """Quote one path segment."""
-    from urllib.parse import quote
-
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"expected a non-empty id string, got {value!r}", value=value)
-    return quote(value, safe="")
-
-
-def _polls(wait: Any) -> list[Any]:
-    """A wait as the server's long polls: pieces of at most ``MAX_POLL_SECONDS``. A value the
-    store refuses (negative, over an hour, not a number) goes as it is, for the server's 400."""
-    if (
-        isinstance(wait, bool)
-        or not isinstance(wait, int | float)
-        or not MAX_POLL_SECONDS < wait <= MAX_WAIT_SECONDS
-    ):
-        return [wait]
-    whole, rest = divmod(float(wait), MAX_POLL_SECONDS)
-    return [MAX_POLL_SECONDS] * int(whole) + ([rest] if rest > 0 else [])

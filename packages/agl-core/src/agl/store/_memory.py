@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
+from agl._metric_rows import MetricsRow
 from agl._resources import ResourcesUpdate
-from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
 from agl.store._stateful import StatefulStore
-from agl.store._tx import SpanKey, Transaction, worker_seen
+from agl.store._tx import RolloutFilter, SpanKey, Transaction, worker_seen
 
 __all__ = ["MemoryStore"]
 
@@ -34,6 +35,7 @@ class _MemoryTransaction:
         self.resources: dict[str, ResourcesUpdate] = {}
         self.latest_resources: ResourcesUpdate | None = None
         self.workers: dict[str, Worker] = {}
+        self.metrics: list[MetricsRow] = []
 
     # rollouts
     def rollout_get(self, rollout_id: str) -> Rollout | None:
@@ -68,21 +70,31 @@ class _MemoryTransaction:
         return result
 
     def rollouts_query(
-        self,
-        statuses: Sequence[RolloutStatus] | None,
-        mode: RolloutMode | None,
-        limit: int,
-        offset: int,
+        self, where: RolloutFilter, limit: int, offset: int
     ) -> tuple[list[Rollout], int]:
-        wanted = None if statuses is None else set(statuses)
+        wanted = None if where.statuses is None else set(where.statuses)
+        ran = None if where.worker_id is None else self._run_by(where.worker_id)
+        rollouts = self.rollouts.values()  # in enqueue order: dicts keep insertion order
         matching = [
             rollout
-            for rollout in self.rollouts.values()
+            for rollout in (reversed(rollouts) if where.newest_first else rollouts)
             if (wanted is None or rollout.status in wanted)
-            and (mode is None or rollout.mode == mode)
+            and (where.mode is None or rollout.mode == where.mode)
+            and (where.search is None or where.search in rollout.rollout_id)
+            and (where.since is None or rollout.enqueue_time >= where.since)
+            and (where.until is None or rollout.enqueue_time < where.until)
+            and (ran is None or rollout.rollout_id in ran)
         ]
         page = [rollout.model_copy(deep=True) for rollout in matching[offset : offset + limit]]
         return page, len(matching)
+
+    def _run_by(self, worker_id: str) -> set[str]:
+        """The ids of the rollouts with an attempt on ``worker_id``."""
+        return {
+            rollout_id
+            for rollout_id, attempts in self.attempts.items()
+            if any(attempt.worker_id == worker_id for attempt in attempts.values())
+        }
 
     # attempts
     def attempt_get(self, rollout_id: str, attempt_id: str) -> Attempt | None:
@@ -154,6 +166,26 @@ class _MemoryTransaction:
         stored = update.model_copy(deep=True)
         self.resources[update.resources_id] = stored
         self.latest_resources = stored
+
+    def resources_page(self, limit: int, offset: int) -> tuple[list[ResourcesUpdate], int]:
+        newest_first = list(reversed(self.resources.values()))  # inserted in version order
+        page = newest_first[offset : offset + limit]
+        return [update.model_copy(deep=True) for update in page], len(newest_first)
+
+    # metrics
+    def metrics_insert(self, rows: Sequence[MetricsRow]) -> None:
+        for row in rows:
+            self.metrics.append(row.model_copy(deep=True))
+
+    def metrics_query(
+        self, run: str | None, limit: int, offset: int
+    ) -> tuple[list[MetricsRow], int]:
+        matching = self.metrics if run is None else [r for r in self.metrics if r.run == run]
+        page = matching[offset : offset + limit]
+        return [row.model_copy(deep=True) for row in page], len(matching)
+
+    def metrics_runs(self) -> list[str]:
+        return list(dict.fromkeys(row.run for row in self.metrics))
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:

@@ -4,7 +4,7 @@ Several ``agl store serve`` processes (or trainers and runners opening the datab
 share one PostgreSQL database; none of them holds state of its own. The store's rules are the
 same functions every backend runs (:mod:`agl.store._engine`); here each operation runs in one
 database transaction, and how concurrent servers stay correct is written beside the SQL
-(:mod:`agl.store._postgres_sql`).
+(:mod:`agl.store._postgres_sql`; the schema: :mod:`agl.store._postgres_schema`).
 
 The driver is psycopg 3, not asyncpg: the engine's rules are synchronous functions over a
 :class:`~agl.store._tx.Transaction` (shared with the memory and SQLite stores), and psycopg
@@ -44,6 +44,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agl._errors import AglError, InvalidInputError, StoreError, StoreUnavailableError
+from agl.store import _postgres_schema as schema
 from agl.store import _postgres_sql as sql
 from agl.store._checks import redact
 from agl.store._stateful import StatefulStore
@@ -84,13 +85,13 @@ class PostgresStore(StatefulStore):
         )
         try:
             with psycopg.connect(conninfo, connect_timeout=max(1, round(connect_timeout))) as db:
-                found, now = sql.migrate(db)
+                found, now = schema.migrate(db)
         except psycopg.Error as exc:
             raise _connection_error(self._display, exc) from None
-        if found > sql.SCHEMA_VERSION:
+        if found > schema.SCHEMA_VERSION:
             raise StoreError(
                 f"the database at {self._display} holds an agl store of schema version {found}, "
-                f"written by a newer agl; this agl reads up to version {sql.SCHEMA_VERSION}: "
+                f"written by a newer agl; this agl reads up to version {schema.SCHEMA_VERSION}: "
                 "upgrade agl-core"
             )
         self.migrated_from = found if found < now else None
@@ -191,7 +192,7 @@ class _Listener(threading.Thread):
         while not self._stopping.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as db:
-                    db.execute(f"LISTEN {sql.CHANNEL}")
+                    db.execute(f"LISTEN {schema.CHANNEL}")
                     self._wake()  # changes made while no one listened
                     while not self._stopping.is_set():
                         for _ in db.notifies(timeout=0.2):

@@ -1,5 +1,5 @@
-"""Every SQL statement of the PostgreSQL store: the schema, its migrations and the
-:class:`~agl.store._tx.Transaction` the store engine runs its rules over.
+"""The PostgreSQL store's reads and writes: the :class:`~agl.store._tx.Transaction` the store
+engine runs its rules over (the schema and its migrations are :mod:`agl.store._postgres_schema`).
 
 Statements are parameterized (psycopg binds every value; nothing is formatted into SQL).
 Arrays are bound in binary (``%b``): psycopg's text format quotes each element with a regex,
@@ -31,128 +31,19 @@ from typing import Any
 
 import psycopg
 
+from agl._metric_rows import MetricsRow
 from agl._resources import ResourcesUpdate
-from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
+from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
-from agl.store._tx import SpanKey, span_row, spans_of_rows
+from agl.store._tx import RolloutFilter, SpanKey, like_contains, span_row, spans_of_rows
 
-__all__ = [
-    "CHANNEL",
-    "MIGRATIONS",
-    "SCHEMA_VERSION",
-    "PostgresTransaction",
-    "migrate",
-    "stored_version",
-]
-
-CHANNEL = "agl_store"
-"""The LISTEN/NOTIFY channel a transaction that changed a rollout notifies on commit (a
-statement trigger on the rollouts table sends it; PostgreSQL delivers one per transaction)."""
+__all__ = ["PostgresTransaction"]
 
 _SWEEP_LOCK = 0x61676C5F7377  # "agl_sw": one server at a time ends overdue attempts
-_MIGRATION_LOCK = 0x61676C5F6D67  # "agl_mg": one server at a time creates or migrates
 
-MIGRATIONS: list[list[str]] = [
-    [  # 1: the tables
-        "CREATE TABLE IF NOT EXISTS agl_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE SEQUENCE IF NOT EXISTS agl_queue_pos",
-        """CREATE TABLE IF NOT EXISTS agl_rollouts (
-            seq BIGSERIAL PRIMARY KEY,
-            rollout_id TEXT NOT NULL UNIQUE,
-            status TEXT NOT NULL,
-            mode TEXT,
-            queue_pos BIGINT,
-            next_span_seq BIGINT NOT NULL DEFAULT 1,
-            data TEXT NOT NULL
-        )""",
-        "CREATE INDEX IF NOT EXISTS agl_rollouts_queue ON agl_rollouts (queue_pos) "
-        "WHERE queue_pos IS NOT NULL",
-        """CREATE TABLE IF NOT EXISTS agl_attempts (
-            rollout_id TEXT NOT NULL,
-            attempt_id TEXT NOT NULL,
-            sequence INTEGER NOT NULL,
-            deadline DOUBLE PRECISION,
-            data TEXT NOT NULL,
-            PRIMARY KEY (rollout_id, attempt_id)
-        )""",
-        "CREATE INDEX IF NOT EXISTS agl_attempts_deadline ON agl_attempts (deadline) "
-        "WHERE deadline IS NOT NULL",
-        """CREATE TABLE IF NOT EXISTS agl_spans (
-            rollout_id TEXT NOT NULL,
-            sequence_id BIGINT NOT NULL,
-            attempt_id TEXT NOT NULL,
-            trace_id TEXT NOT NULL,
-            span_id TEXT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (rollout_id, sequence_id)
-        )""",
-        "CREATE UNIQUE INDEX IF NOT EXISTS agl_spans_identity "
-        "ON agl_spans (rollout_id, attempt_id, span_id, trace_id)",
-        """CREATE TABLE IF NOT EXISTS agl_resources (
-            version BIGINT PRIMARY KEY,
-            resources_id TEXT NOT NULL UNIQUE,
-            data TEXT NOT NULL
-        )""",
-        "CREATE TABLE IF NOT EXISTS agl_workers (worker_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
-    ],
-    [  # 2: listing rollouts by status reads an index, not the table
-        "CREATE INDEX IF NOT EXISTS agl_rollouts_status ON agl_rollouts (status, seq)",
-    ],
-    [  # 3: a worker is seen in one statement (columns, not JSON); rollouts notify by trigger
-        "ALTER TABLE agl_workers ADD COLUMN first_seen_time DOUBLE PRECISION, "
-        "ADD COLUMN last_seen_time DOUBLE PRECISION, "
-        "ADD COLUMN last_dequeue_time DOUBLE PRECISION, "
-        "ADD COLUMN num_claimed BIGINT NOT NULL DEFAULT 0",
-        "UPDATE agl_workers SET "
-        "first_seen_time = (data::jsonb ->> 'first_seen_time')::float8, "
-        "last_seen_time = (data::jsonb ->> 'last_seen_time')::float8, "
-        "last_dequeue_time = (data::jsonb ->> 'last_dequeue_time')::float8, "
-        "num_claimed = COALESCE((data::jsonb ->> 'num_claimed')::bigint, 0)",
-        "ALTER TABLE agl_workers DROP COLUMN data, "
-        "ALTER COLUMN first_seen_time SET NOT NULL, ALTER COLUMN last_seen_time SET NOT NULL",
-        "CREATE OR REPLACE FUNCTION agl_rollouts_changed() RETURNS trigger LANGUAGE plpgsql AS "
-        f"$$ BEGIN PERFORM pg_notify('{CHANNEL}', ''); RETURN NULL; END $$",
-        "CREATE TRIGGER agl_rollouts_changed AFTER INSERT OR UPDATE OF data ON agl_rollouts "
-        "FOR EACH STATEMENT EXECUTE FUNCTION agl_rollouts_changed()",
-    ],
-]
-"""Each entry takes a database from the version before it (0: empty) to its own number."""
-
-SCHEMA_VERSION = len(MIGRATIONS)
-"""The schema this agl writes; a database at a higher version was written by a newer agl."""
-
-
-def stored_version(db: psycopg.Connection[Any]) -> int:
-    """The schema version a database holds: 0 for one agl never wrote."""
-    exists = db.execute("SELECT to_regclass('agl_meta') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
-        return 0
-    row = db.execute("SELECT value FROM agl_meta WHERE key = 'schema_version'").fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def migrate(db: psycopg.Connection[Any], target: int = SCHEMA_VERSION) -> tuple[int, int]:
-    """Bring the database to ``target`` in one transaction; return (found, now) versions.
-
-    Several servers starting at once take turns (an advisory lock); a database at a version
-    above ``target`` is left alone: the caller refuses it.
-    """
-    with db.transaction():
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        found = stored_version(db)
-        if found >= target:
-            return found, found
-        for statements in MIGRATIONS[found:target]:
-            for statement in statements:
-                db.execute(statement)
-        db.execute(
-            "INSERT INTO agl_meta (key, value) VALUES ('schema_version', %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(target),),
-        )
-    return found, target
-
-
+_ATTEMPT_INSERT = (
+    "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data, worker_id) "
+)
 _ATTEMPT_CONFLICT = (
     "ON CONFLICT (rollout_id, attempt_id) DO UPDATE SET "
     "deadline = excluded.deadline, data = excluded.data"
@@ -166,6 +57,7 @@ def _attempt_row(attempt: Attempt, deadline: float | None) -> tuple[Any, ...]:
         attempt.sequence,
         deadline,
         attempt.model_dump_json(),
+        attempt.worker_id,
     )
 
 
@@ -193,14 +85,15 @@ class PostgresTransaction:
 
     def rollout_insert(self, rollout: Rollout) -> None:
         self.db.execute(
-            "INSERT INTO agl_rollouts (rollout_id, status, mode, queue_pos, data) VALUES "
-            "(%s, %s, %s, CASE WHEN %s THEN nextval('agl_queue_pos') END, %s)",
+            "INSERT INTO agl_rollouts (rollout_id, status, mode, queue_pos, data, enqueue_time) "
+            "VALUES (%s, %s, %s, CASE WHEN %s THEN nextval('agl_queue_pos') END, %s, %s)",
             (
                 rollout.rollout_id,
                 rollout.status.value,
                 rollout.mode,
                 rollout.status.is_claimable,
                 rollout.model_dump_json(),
+                rollout.enqueue_time,
             ),
         )
 
@@ -229,26 +122,47 @@ class PostgresTransaction:
         return [Rollout.model_validate_json(row[0]) for row in rows]
 
     def rollouts_query(
-        self,
-        statuses: Sequence[RolloutStatus] | None,
-        mode: RolloutMode | None,
-        limit: int,
-        offset: int,
+        self, where: RolloutFilter, limit: int, offset: int
     ) -> tuple[list[Rollout], int]:
-        # NULL parameters switch a condition off: one statement, planned once.
-        values = None if statuses is None else [status.value for status in statuses]
-        params = {"statuses": values, "mode": mode, "limit": limit, "offset": offset}
-        counted = self.db.execute(
-            "SELECT COUNT(*) FROM agl_rollouts "
-            "WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "
-            "AND (%(mode)s::text IS NULL OR mode = %(mode)s::text)",
-            params,
-        ).fetchone()
+        # Only the conditions asked for go into the statement (each from a fixed text; every
+        # value is bound): a plan for the filters at hand, not one for every combination.
+        conditions: list[str] = []
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if where.statuses is not None and len(where.statuses) == 1:
+            # As an equality, the (status, seq) index gives the rows in order: no sort.
+            conditions.append("status = %(status)s::text")
+            params["status"] = where.statuses[0].value
+        elif where.statuses is not None:
+            conditions.append("status = ANY(%(statuses)s::text[])")
+            params["statuses"] = [status.value for status in where.statuses]
+        if where.mode is not None:
+            conditions.append("mode = %(mode)s::text")
+            params["mode"] = where.mode
+        if where.search is not None:
+            conditions.append("rollout_id LIKE %(search)s ESCAPE '\\'")
+            params["search"] = like_contains(where.search)
+        if where.worker_id is not None:
+            conditions.append(
+                "rollout_id IN (SELECT rollout_id FROM agl_attempts WHERE worker_id = %(worker)s)"
+            )
+            params["worker"] = where.worker_id
+        if where.since is not None:
+            conditions.append("enqueue_time >= %(since)s")
+            params["since"] = where.since
+        if where.until is not None:
+            conditions.append("enqueue_time < %(until)s")
+            params["until"] = where.until
+        clause = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        # A worker's rollouts may all lie far from the end the page starts at, where the
+        # planner, assuming them spread evenly, would walk the primary key probing each row:
+        # ``seq + 0`` takes that order away, so it starts from the worker's attempts (as the
+        # count does) and sorts them.
+        key = "seq + 0" if where.worker_id is not None else "seq"
+        order = "DESC" if where.newest_first else ""
+        counted = self.db.execute(f"SELECT COUNT(*) FROM agl_rollouts {clause}", params).fetchone()
         rows = self.db.execute(
-            "SELECT data FROM agl_rollouts "
-            "WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[])) "
-            "AND (%(mode)s::text IS NULL OR mode = %(mode)s::text) "
-            "ORDER BY seq LIMIT %(limit)s OFFSET %(offset)s",
+            f"SELECT data FROM agl_rollouts {clause} ORDER BY {key} {order} "
+            "LIMIT %(limit)s OFFSET %(offset)s",
             params,
         ).fetchall()
         total = 0 if counted is None else int(counted[0])
@@ -276,8 +190,7 @@ class PostgresTransaction:
 
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
         self.db.execute(
-            "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
-            "VALUES (%s, %s, %s, %s, %s) " + _ATTEMPT_CONFLICT,
+            _ATTEMPT_INSERT + "VALUES (%s, %s, %s, %s, %s, %s) " + _ATTEMPT_CONFLICT,
             _attempt_row(attempt, deadline),
         )
 
@@ -290,9 +203,9 @@ class PostgresTransaction:
         rows = [_attempt_row(*item) for item in items]
         columns = [list(column) for column in zip(*rows, strict=True)]
         self.db.execute(
-            "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data) "
-            "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::float8[], %b::text[]) "
-            + _ATTEMPT_CONFLICT,
+            _ATTEMPT_INSERT
+            + "SELECT * FROM unnest(%b::text[], %b::text[], %b::int[], %b::float8[], %b::text[], "
+            "%b::text[]) " + _ATTEMPT_CONFLICT,
             columns,
         )
 
@@ -396,6 +309,40 @@ class PostgresTransaction:
             "INSERT INTO agl_resources (version, resources_id, data) VALUES (%s, %s, %s)",
             (update.version, update.resources_id, update.model_dump_json()),
         )
+
+    def resources_page(self, limit: int, offset: int) -> tuple[list[ResourcesUpdate], int]:
+        counted = self.db.execute("SELECT COUNT(*) FROM agl_resources").fetchone()
+        rows = self.db.execute(
+            "SELECT data FROM agl_resources ORDER BY version DESC LIMIT %s OFFSET %s",
+            (limit, offset),
+        ).fetchall()
+        total = 0 if counted is None else int(counted[0])
+        return [ResourcesUpdate.model_validate_json(row[0]) for row in rows], total
+
+    # metrics
+    def metrics_insert(self, rows: Sequence[MetricsRow]) -> None:
+        with self.db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO agl_metrics (run, data) VALUES (%s, %s)",
+                [(row.run, row.model_dump_json()) for row in rows],
+            )
+
+    def metrics_query(
+        self, run: str | None, limit: int, offset: int
+    ) -> tuple[list[MetricsRow], int]:
+        clause = "" if run is None else "WHERE run = %(run)s"
+        params = {"run": run, "limit": limit, "offset": offset}
+        counted = self.db.execute(f"SELECT COUNT(*) FROM agl_metrics {clause}", params).fetchone()
+        rows = self.db.execute(
+            f"SELECT data FROM agl_metrics {clause} ORDER BY seq LIMIT %(limit)s OFFSET %(offset)s",
+            params,
+        ).fetchall()
+        total = 0 if counted is None else int(counted[0])
+        return [MetricsRow.model_validate_json(row[0]) for row in rows], total
+
+    def metrics_runs(self) -> list[str]:
+        rows = self.db.execute("SELECT run FROM agl_metrics GROUP BY run ORDER BY MIN(seq)")
+        return [run for (run,) in rows]
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:

@@ -50,14 +50,18 @@ def serve(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     log_level: str = "info",
+    dashboard: bool = True,
 ) -> None:
     """Serve the store at ``db`` (a URL of one of core's stores, or a store, which it closes at
-    the end) until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+    the end) until interrupted (SIGINT/SIGTERM stop it cleanly); with ``dashboard``, the
+    dashboard at ``/``."""
     import uvicorn
 
     check_bind_address(host, token)
     store = open_store(db) if isinstance(db, str) else db
-    app = create_app(store, token=token, max_body_bytes=max_body_bytes, close_store=True)
+    app = create_app(
+        store, token=token, max_body_bytes=max_body_bytes, close_store=True, dashboard=dashboard
+    )
     uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
 
 

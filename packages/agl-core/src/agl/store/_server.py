@@ -6,7 +6,10 @@ Routes (JSON unless noted; the OpenAPI spec is at ``/openapi.json``, docs at ``/
 ``POST /v1/rollouts/enqueue``                               enqueue a batch of rollout requests
 ``POST /v1/rollouts/dequeue``                               claim rollouts (long poll: ``wait``)
 ``POST /v1/rollouts/wait``                                  wait for rollouts to finish
-``GET  /v1/rollouts``                                       query (``status``, ``mode``, paging)
+``GET  /v1/rollouts``                                       query (``status``, ``mode``,
+                                                            ``search``, ``worker_id``,
+                                                            ``since``, ``until``,
+                                                            ``order=oldest|newest``, paging)
 ``GET  /v1/rollouts/{id}``                                  one rollout
 ``POST /v1/rollouts/{id}/cancel``                           cancel a rollout
 ``GET  /v1/rollouts/{id}/attempts``                         a rollout's attempts
@@ -14,6 +17,9 @@ Routes (JSON unless noted; the OpenAPI spec is at ``/openapi.json``, docs at ``/
 ``POST /v1/spans``                                          add a batch of spans
 ``GET  /v1/rollouts/{id}/spans``                            a rollout's spans (``attempt_id``)
 ``POST /v1/resources`` / ``GET /v1/resources/latest|{id}``  publish / fetch resources
+``GET  /v1/resources``                                      resource history, newest first
+``POST /v1/metrics`` / ``GET /v1/metrics``                  add / page training metrics (``run``)
+``GET  /v1/metrics/runs``                                   the runs that logged metrics
 ``GET  /v1/workers``, ``GET /v1/statistics``, ``GET /health``
 ``POST /v1/traces``                                         OTLP/HTTP trace export (protobuf/JSON)
 ==========================================================  ====================================
@@ -21,26 +27,24 @@ Routes (JSON unless noted; the OpenAPI spec is at ``/openapi.json``, docs at ``/
 Every error is a JSON body ``{"error": {"type", "message", "field", "value"}}`` with a 4xx status
 for the client's mistakes (400 malformed body, 401 missing token, 404 unknown id, 409 conflict,
 413 body too large, 422 invalid field) and 500 only for the server's own failures, without a
-traceback. With a token, every request must carry ``Authorization: Bearer <token>``.
+traceback (:mod:`agl.store._server_errors`). With a token, every request must carry
+``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 
-from agl._errors import AglError, InvalidInputError, NotFoundError
-from agl._resources import ResourcesUpdate
+from agl._errors import InvalidInputError, NotFoundError
+from agl._metric_rows import MetricsPage, MetricsRow
+from agl._resources import ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
     AttemptStatus,
@@ -56,10 +60,17 @@ from agl._server_auth import BearerTokenMiddleware
 from agl._spans import Span
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS
+from agl.store._engine import MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
+from agl.store._server_errors import (
+    BodyLimitMiddleware,
+    MalformedBody,
+    UnexpectedErrorMiddleware,
+    install_error_handlers,
+    unauthorized,
+    validation_error,
+)
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
-
-logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,11 +78,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 _JSON = "application/json"
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+_Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
+_Offset = Annotated[int, Query(ge=0)]
 
 
 # --- request and response bodies --------------------------------------------------------------
@@ -144,6 +152,14 @@ class ResourcesBody(_Body):
     resources_id: str | None = None
 
 
+class MetricsBody(_Body):
+    rows: list[MetricsRow]
+
+
+class RunsBody(_Body):
+    runs: list[str]
+
+
 class WorkersBody(_Body):
     workers: list[Worker]
 
@@ -161,14 +177,17 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     close_store: bool = False,
+    dashboard: bool = True,
 ) -> FastAPI:
     """Build the HTTP app serving ``store``.
 
     Args:
         store: The store to serve; any backend.
-        token: If set, every request needs ``Authorization: Bearer <token>``.
+        token: If set, every request needs ``Authorization: Bearer <token>`` (except the
+            dashboard's page and assets, which hold no data).
         max_body_bytes: Larger request bodies get 413.
         close_store: Close ``store`` when the app shuts down.
+        dashboard: Serve the dashboard (:mod:`agl.dashboard`) at ``/``.
     """
 
     @asynccontextmanager
@@ -184,7 +203,7 @@ def create_app(
         lifespan=lifespan,
         responses={"4XX": {"model": ErrorBody}},
     )
-    _install_error_handlers(app)
+    install_error_handlers(app)
 
     @app.get("/health", tags=["meta"])
     async def health() -> dict[str, str]:
@@ -207,10 +226,39 @@ def create_app(
     async def query_rollouts(
         status: Annotated[list[RolloutStatus] | None, Query()] = None,
         mode: RolloutMode | None = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: _Limit = 100,
+        offset: _Offset = 0,
+        search: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=MAX_SEARCH_LENGTH,
+                description="Text the rollout id contains (case-sensitive, taken literally).",
+            ),
+        ] = None,
+        worker_id: Annotated[
+            str | None,
+            Query(min_length=1, description="A worker that ran one of the rollout's attempts."),
+        ] = None,
+        since: Annotated[
+            float | None, Query(allow_inf_nan=False, description="Enqueued at or after (Unix s).")
+        ] = None,
+        until: Annotated[
+            float | None, Query(allow_inf_nan=False, description="Enqueued before (Unix s).")
+        ] = None,
+        order: Literal["oldest", "newest"] = "oldest",
     ) -> RolloutPage:
-        return await store.query_rollouts(status, mode, limit, offset)
+        return await store.query_rollouts(
+            status,
+            mode,
+            limit,
+            offset,
+            search=search,
+            worker_id=worker_id,
+            since=since,
+            until=until,
+            newest_first=order == "newest",
+        )
 
     @app.get("/v1/rollouts/{rollout_id}", tags=["rollouts"])
     async def get_rollout(rollout_id: str) -> Rollout:
@@ -263,6 +311,10 @@ def create_app(
         parsed = _parse_resources({k: v.model_dump() for k, v in body.resources.items()})
         return await store.add_resources(parsed, body.resources_id)
 
+    @app.get("/v1/resources", tags=["resources"])
+    async def query_resources(limit: _Limit = 100, offset: _Offset = 0) -> ResourcesPage:
+        return await store.query_resources(limit, offset)
+
     @app.get("/v1/resources/latest", tags=["resources"])
     async def latest_resources() -> ResourcesUpdate | None:
         return await store.get_resources(None)
@@ -270,6 +322,8 @@ def create_app(
     @app.get("/v1/resources/{resources_id}", tags=["resources"])
     async def get_resources(resources_id: str) -> ResourcesUpdate | None:
         return await store.get_resources(resources_id)
+
+    _add_metrics_routes(app, store)
 
     @app.get("/v1/workers", tags=["meta"])
     async def workers() -> WorkersBody:
@@ -303,15 +357,41 @@ def create_app(
                 await store.add_spans(spans)
         except (InvalidInputError, NotFoundError) as exc:
             # OTLP/HTTP says bad data is a 400 (and that senders must not retry it).
-            raise _MalformedBody(exc.message, field=exc.field, value=exc.value) from None
+            raise MalformedBody(exc.message, field=exc.field, value=exc.value) from None
         content, media_type = otlp.encode_response(content_type)
         return Response(content=content, media_type=media_type)
 
-    app.add_middleware(_UnexpectedErrorMiddleware)
-    app.add_middleware(_BodyLimitMiddleware, max_body_bytes=max_body_bytes)
+    public: tuple[str, ...] = ()
+    if dashboard:
+        from agl.dashboard import PUBLIC_PATHS, mount_dashboard
+
+        mount_dashboard(app, store)
+        public = PUBLIC_PATHS
+    app.add_middleware(UnexpectedErrorMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     if token:
-        app.add_middleware(BearerTokenMiddleware, token=token, refusal=_unauthorized)
+        app.add_middleware(BearerTokenMiddleware, token=token, refusal=unauthorized, public=public)
     return app
+
+
+def _add_metrics_routes(app: FastAPI, store: Store) -> None:
+    """The training metrics: added by the trainer, read by whoever draws the curves."""
+
+    @app.post("/v1/metrics", tags=["metrics"], status_code=204)
+    async def add_metrics(body: MetricsBody) -> None:
+        await store.add_metrics(body.rows)
+
+    @app.get("/v1/metrics", tags=["metrics"])
+    async def query_metrics(
+        run: Annotated[str | None, Query(min_length=1)] = None,
+        limit: _Limit = MAX_PAGE_SIZE,
+        offset: _Offset = 0,
+    ) -> MetricsPage:
+        return await store.query_metrics(run, limit, offset)
+
+    @app.get("/v1/metrics/runs", tags=["metrics"])
+    async def metric_runs() -> RunsBody:
+        return RunsBody(runs=await store.metric_runs())
 
 
 class _PlainRoute(APIRoute):
@@ -331,7 +411,7 @@ def _parse(model: type[M], raw: bytes) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise _validation_error(exc.errors(include_url=False), prefix=()) from None
+        raise validation_error(exc.errors(include_url=False), prefix=()) from None
 
 
 def _parse_resources(raw: dict[str, Any]) -> dict[str, Any]:
@@ -340,186 +420,4 @@ def _parse_resources(raw: dict[str, Any]) -> dict[str, Any]:
             {"resources_id": "-", "version": 1, "resources": raw}
         ).resources
     except ValidationError as exc:
-        raise _validation_error(exc.errors(include_url=False), prefix=()) from None
-
-
-# --- errors -----------------------------------------------------------------------------------
-
-
-def _error_response(error: AglError, status_code: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": error.to_dict()}, status_code=status_code or error.status_code)
-
-
-def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += ("." if path else "") + str(part)
-    return path
-
-
-def _validation_error(errors: list[Any], prefix: tuple[str, ...]) -> AglError:
-    """Turn pydantic errors into one InvalidInputError naming the first offending field."""
-    first = errors[0]
-    loc = tuple(part for part in first.get("loc", ()) if part not in prefix)
-    if first.get("type") == "json_invalid":
-        detail = first.get("ctx", {}).get("error", first.get("msg"))
-        return _MalformedBody(f"request body is not valid JSON: {detail}")
-    field = _field_path(loc) or None
-    value = first.get("input")
-    shown = value if isinstance(value, str | int | float | bool) or value is None else None
-    message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
-    if shown is not None:
-        message += f" (got {shown!r})"
-    if len(errors) > 1:
-        message += f"; and {len(errors) - 1} more error(s)"
-    return InvalidInputError(message, field=field, value=shown)
-
-
-class _MalformedBody(InvalidInputError):
-    status_code = 400
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(AglError)
-    async def agl_error(_: Request, exc: AglError) -> JSONResponse:
-        if isinstance(exc, _MalformedBody):
-            return JSONResponse(
-                {"error": {**exc.to_dict(), "type": "InvalidInputError"}}, status_code=400
-            )
-        return _error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        error = _validation_error(list(exc.errors()), prefix=("body", "query", "path"))
-        return await agl_error(_, error)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = "NotFoundError" if exc.status_code == 404 else "InvalidInputError"
-        # exc.headers carries what the status needs (Allow, on a 405)
-        return JSONResponse(
-            {"error": {"type": kind, "message": str(exc.detail)}},
-            status_code=exc.status_code,
-            headers=exc.headers,
-        )
-
-
-# --- middleware (plain ASGI, so they also guard bodies streamed without a length) --------------
-
-
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    import json
-
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
-def _unauthorized(message: str) -> dict[str, Any]:
-    return {"error": {"type": "UnauthorizedError", "message": message}}
-
-
-class _BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.limit = max_body_bytes
-        self.too_large = {
-            "error": {
-                "type": "InvalidInputError",
-                "message": f"request body is larger than the server's limit of {self.limit} bytes",
-                "field": "body",
-            }
-        }
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = self.too_large
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await _send_json(send, 413, too_large)
-            return
-        received = 0
-        exceeded = False
-        response_started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, exceeded
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    exceeded = True
-                    raise _BodyTooLarge
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            # Whatever the app answers to a body it could not finish reading (FastAPI turns
-            # the error into a 400), the client is told the real reason: 413.
-            nonlocal response_started
-            if exceeded:
-                if not response_started:
-                    response_started = True
-                    await _send_json(send, 413, too_large)
-                return
-            response_started = response_started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, guarded_send)
-        except _BodyTooLarge:
-            if not response_started:
-                response_started = True
-                await _send_json(send, 413, too_large)
-
-
-class _UnexpectedErrorMiddleware:
-    """Answer the server's own failures with a JSON 500, keeping the connection usable.
-
-    Handled here rather than by an ``Exception`` handler, which Starlette runs in its outermost
-    layer and then re-raises, so uvicorn drops the keep-alive connection.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        response_started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            response_started = response_started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except _BodyTooLarge:
-            raise
-        except ClientDisconnect:
-            logger.debug("client went away during %s %s", scope.get("method"), scope["path"])
-        except Exception as exc:
-            logger.exception("store server failed on %s %s", scope.get("method"), scope["path"])
-            if response_started:
-                raise
-            body = {"type": "StoreError", "message": f"internal error ({type(exc).__name__})"}
-            await _send_json(send, 500, {"error": body})
-
-
-class _BodyTooLarge(Exception):
-    pass
+        raise validation_error(exc.errors(include_url=False), prefix=()) from None

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from agl._errors import InvalidInputError
-from agl._resources import Resource, ResourcesUpdate
+from agl._metric_rows import MetricsPage, MetricsRow
+from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
     AttemptStatus,
@@ -35,6 +36,7 @@ from agl._spans import Span
 from agl.store import _engine as engine
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
+from agl.store._engine import MAX_PAGE_SIZE
 from agl.store._tx import Transaction
 
 T = TypeVar("T")
@@ -131,11 +133,26 @@ class StatefulStore(ClosingStore):
         mode: RolloutMode | None = None,
         limit: int = 100,
         offset: int = 0,
+        *,
+        search: str | None = None,
+        worker_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = False,
     ) -> RolloutPage:
         statuses = [status] if isinstance(status, str) else status
         if statuses is not None:
             statuses = [_as_status(value, index) for index, value in enumerate(statuses)]
-        return await self._read(lambda tx: engine.query_rollouts(tx, statuses, mode, limit, offset))
+        where = engine.rollout_filter(
+            statuses,
+            mode,
+            search=search,
+            worker_id=worker_id,
+            since=since,
+            until=until,
+            newest_first=newest_first,
+        )
+        return await self._read(lambda tx: engine.query_rollouts(tx, where, limit, offset))
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
         return await self._read(lambda tx: engine.query_attempts(tx, rollout_id))
@@ -203,6 +220,9 @@ class StatefulStore(ClosingStore):
     async def get_resources(self, resources_id: str | None = None) -> ResourcesUpdate | None:
         return await self._run(lambda tx: engine.get_resources(tx, resources_id))
 
+    async def query_resources(self, limit: int = 100, offset: int = 0) -> ResourcesPage:
+        return await self._run(lambda tx: engine.query_resources(tx, limit, offset))
+
     async def query_workers(self) -> list[Worker]:
         return await self._run(lambda tx: tx.workers_all())
 
@@ -217,6 +237,21 @@ class StatefulStore(ClosingStore):
             resources=counts.get("resources", 0),
             workers=counts.get("workers", 0),
         )
+
+    # --- metrics ----------------------------------------------------------------------------
+
+    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+        rows = as_list(rows, "rows", MetricsRow)
+        if rows:
+            await self._run(lambda tx: tx.metrics_insert(rows))
+
+    async def query_metrics(
+        self, run: str | None = None, limit: int = MAX_PAGE_SIZE, offset: int = 0
+    ) -> MetricsPage:
+        return await self._run(lambda tx: engine.query_metrics(tx, run, limit, offset))
+
+    async def metric_runs(self) -> list[str]:
+        return await self._run(lambda tx: tx.metrics_runs())
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -9,16 +9,43 @@ per store operation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import TypeAdapter
 
+from agl._metric_rows import MetricsRow
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker
 from agl._spans import Span
 
 SpanKey = tuple[str, str, str, str]
 """(rollout_id, attempt_id, trace_id, span_id): what makes a span unique in a store."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutFilter:
+    """Which rollouts a query wants and in which order; the engine checked every field.
+
+    Each field that is not None narrows the match (all must hold).
+
+    Attributes:
+        statuses: The rollout is in one of these statuses (empty: matches nothing).
+        mode: The rollout's mode.
+        search: Text the ``rollout_id`` contains (case-sensitive, taken literally).
+        worker_id: A worker that ran one of the rollout's attempts.
+        since: ``enqueue_time >= since``.
+        until: ``enqueue_time < until``.
+        newest_first: Latest enqueued first, instead of oldest first.
+    """
+
+    statuses: tuple[RolloutStatus, ...] | None = None
+    mode: RolloutMode | None = None
+    search: str | None = None
+    worker_id: str | None = None
+    since: float | None = None
+    until: float | None = None
+    newest_first: bool = False
 
 
 class Transaction(Protocol):
@@ -37,13 +64,10 @@ class Transaction(Protocol):
         ...
 
     def rollouts_query(
-        self,
-        statuses: Sequence[RolloutStatus] | None,
-        mode: RolloutMode | None,
-        limit: int,
-        offset: int,
+        self, where: RolloutFilter, limit: int, offset: int
     ) -> tuple[list[Rollout], int]:
-        """Return one page of matching rollouts in enqueue order, and the total count."""
+        """Return one page of the rollouts ``where`` matches, in enqueue order (or its reverse,
+        ``where.newest_first``), and how many match in all."""
         ...
 
     # attempts
@@ -84,6 +108,25 @@ class Transaction(Protocol):
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None: ...
     def resources_latest(self) -> ResourcesUpdate | None: ...
     def resources_insert(self, update: ResourcesUpdate) -> None: ...
+    def resources_page(self, limit: int, offset: int) -> tuple[list[ResourcesUpdate], int]:
+        """Return one page of the resource sets, newest version first, and how many there are."""
+        ...
+
+    # metrics
+    def metrics_insert(self, rows: Sequence[MetricsRow]) -> None:
+        """Append rows, in order."""
+        ...
+
+    def metrics_query(
+        self, run: str | None, limit: int, offset: int
+    ) -> tuple[list[MetricsRow], int]:
+        """Return one page of the rows (of one run, or all) in the order they were added, and
+        how many match in all."""
+        ...
+
+    def metrics_runs(self) -> list[str]:
+        """Return the runs that added rows, in the order each first did."""
+        ...
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
@@ -104,6 +147,12 @@ class Transaction(Protocol):
 
 _spans_json = TypeAdapter(list[Span])
 _NO_SEQUENCE = {"sequence_id"}
+
+
+def like_contains(text: str) -> str:
+    """A ``LIKE … ESCAPE '\\'`` pattern matching values that contain ``text`` literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def span_row(span: Span, sequence_id: int) -> tuple[str, int, str, str, str, str]:

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 import pytest
+from pydantic import ValidationError
 
 import agl
 from agl import (
@@ -35,6 +36,7 @@ from agl import (
     AttemptStatus,
     ConflictError,
     InvalidInputError,
+    MetricsRow,
     NotFoundError,
     PromptTemplate,
     Resource,
@@ -217,6 +219,116 @@ class StoreConformance:
         assert [r.input for r in val.rollouts] == [4, 6, 8]
         with pytest.raises(InvalidInputError):
             await store.query_rollouts(limit=0)
+
+    async def test_query_rollouts_searches_ids_literally(self, store: Store) -> None:
+        ids = ["a_b-1", "aXb-2", "A_B-3", "a\\b-4"]
+        await store.enqueue_rollouts([RolloutRequest(input=i, rollout_id=i) for i in ids])
+
+        async def found(text: str) -> list[str]:
+            page = await store.query_rollouts(search=text)
+            assert page.total == len(page.rollouts)
+            return [rollout.rollout_id for rollout in page.rollouts]
+
+        assert await found("_") == ["a_b-1", "A_B-3"]  # an underscore, not a wildcard
+        assert await found("a_") == ["a_b-1"]  # case-sensitive
+        assert await found("%") == []  # not a wildcard either
+        assert await found("\\") == ["a\\b-4"]
+        assert await found("X") == ["aXb-2"]
+        assert await found("x") == []
+        assert await found("-") == ids
+        assert await found("b-" + "9" * 254) == []  # 256 characters: the longest allowed
+
+    async def test_query_rollouts_by_worker(self, store: Store) -> None:
+        config = RolloutConfig(max_attempts=2)
+        rollouts = await store.enqueue_rollouts(
+            [RolloutRequest(input=i, config=config) for i in range(4)]
+        )
+        [first] = await store.dequeue_rollouts(worker_id="w1")
+        await store.update_attempt(
+            first.rollout.rollout_id, first.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        assert len(await store.dequeue_rollouts(limit=4, worker_id="w2")) == 4  # r0's retry too
+        by_w1 = await store.query_rollouts(worker_id="w1")
+        assert [r.rollout_id for r in by_w1.rollouts] == [rollouts[0].rollout_id]
+        assert by_w1.total == 1
+        by_w2 = await store.query_rollouts(worker_id="w2", newest_first=True, limit=3)
+        assert [r.input for r in by_w2.rollouts] == [3, 2, 1]
+        assert (by_w2.total, by_w2.next_offset) == (4, 3)
+        rest = await store.query_rollouts(worker_id="w2", newest_first=True, limit=3, offset=3)
+        assert ([r.input for r in rest.rollouts], rest.next_offset) == ([0], None)
+        both = await store.query_rollouts(
+            worker_id="w1", status=[RolloutStatus.PREPARING, RolloutStatus.RUNNING]
+        )
+        assert [r.input for r in both.rollouts] == [0]
+        assert (await store.query_rollouts(worker_id="w1", mode="val")).total == 0
+        assert (await store.query_rollouts(worker_id="nobody")).total == 0
+
+    async def test_query_rollouts_by_enqueue_time(self, store: Store) -> None:
+        batches = []
+        for batch in range(3):
+            if batch:
+                await asyncio.sleep(0.02)
+            batches.append(
+                await store.enqueue_rollouts([RolloutRequest(input=f"{batch}{i}") for i in "ab"])
+            )
+        t0, t1, t2 = (batch[0].enqueue_time for batch in batches)
+        assert t0 < t1 < t2
+
+        async def inputs(**window: float) -> list[Any]:
+            page = await store.query_rollouts(**window)  # type: ignore[arg-type]
+            assert page.total == len(page.rollouts)
+            return [rollout.input for rollout in page.rollouts]
+
+        assert await inputs(since=t1) == ["1a", "1b", "2a", "2b"]  # since: inclusive
+        assert await inputs(until=t1) == ["0a", "0b"]  # until: exclusive
+        assert await inputs(since=t1, until=t2) == ["1a", "1b"]
+        assert await inputs(since=t2 + 1) == []
+        assert await inputs(since=0, until=t2 + 1) == ["0a", "0b", "1a", "1b", "2a", "2b"]
+        newest = await store.query_rollouts(since=t1, newest_first=True, limit=3)
+        assert [r.input for r in newest.rollouts] == ["2b", "2a", "1b"]
+        assert (newest.total, newest.next_offset) == (4, 3)
+
+    async def test_query_rollouts_newest_first_pages_back(self, store: Store) -> None:
+        await store.enqueue_rollouts(
+            [RolloutRequest(input=i, mode="val" if i % 2 else "train") for i in range(7)]
+        )
+        await store.dequeue_rollouts(limit=2)
+        pages = []
+        offset: int | None = 0
+        while offset is not None:
+            page = await store.query_rollouts(limit=3, offset=offset, newest_first=True)
+            assert (page.total, page.offset) == (7, offset)
+            pages.append([r.input for r in page.rollouts])
+            offset = page.next_offset
+        assert pages == [[6, 5, 4], [3, 2, 1], [0]]
+        oldest = await store.query_rollouts(limit=3)  # the default order is unchanged
+        assert [r.input for r in oldest.rollouts] == [0, 1, 2]
+        queued = await store.query_rollouts(
+            status=RolloutStatus.QUEUING, newest_first=True, limit=2, offset=1
+        )
+        assert [r.input for r in queued.rollouts] == [5, 4]
+        assert (queued.total, queued.next_offset) == (5, 3)
+        val = await store.query_rollouts(mode="val", newest_first=True)
+        assert [r.input for r in val.rollouts] == [5, 3, 1]
+
+    async def test_query_rollouts_refuses_bad_filters_naming_the_field(self, store: Store) -> None:
+        bad: list[tuple[str, Any]] = [
+            ("search", ""),
+            ("search", "x" * 257),
+            ("worker_id", ""),
+            ("since", float("nan")),
+            ("since", float("-inf")),
+            ("until", float("inf")),
+        ]
+        for field, value in bad:
+            with pytest.raises(InvalidInputError) as caught:
+                await store.query_rollouts(**{field: value})
+            assert caught.value.field == field, (field, value, caught.value)
+        pages: list[tuple[str, Any]] = [("limit", 0), ("limit", 10_001), ("offset", -1)]
+        for field, value in pages:
+            with pytest.raises(InvalidInputError) as caught:
+                await store.query_rollouts(**{field: value})
+            assert caught.value.field == field
 
     # --- the attempt state machine --------------------------------------------------------------
 
@@ -624,6 +736,100 @@ class StoreConformance:
         )
         assert (await store.get_rollout(rollout.rollout_id)).resources_id == update.resources_id
 
+    async def test_resource_history_pages_newest_first(self, store: Store) -> None:
+        empty = await store.query_resources()
+        assert (empty.resources, empty.total, empty.next_offset) == ([], 0, None)
+        published = [
+            await store.add_resources({"llm": LLM(endpoint="http://a/v1", model=f"m{i}")})
+            for i in range(5)
+        ]
+        first = await store.query_resources(limit=2)
+        assert [update.version for update in first.resources] == [5, 4]
+        assert (first.total, first.offset, first.next_offset) == (5, 0, 2)
+        assert first.resources[0] == published[-1]
+        last = await store.query_resources(limit=2, offset=4)
+        assert (last.resources, last.next_offset) == ([published[0]], None)
+        everything = await store.query_resources()
+        assert everything.resources == published[::-1]
+        with pytest.raises(InvalidInputError) as caught:
+            await store.query_resources(limit=0)
+        assert caught.value.field == "limit"
+        with pytest.raises(InvalidInputError) as caught:
+            await store.query_resources(offset=-1)
+        assert caught.value.field == "offset"
+
+    # --- training metrics ---------------------------------------------------------------------
+
+    async def test_metrics_round_trip_in_order(self, store: Store) -> None:
+        assert await store.metric_runs() == []
+        assert (await store.query_metrics()).total == 0
+        rows = [
+            MetricsRow(run="run-b", step=0, time=1.5, values={"val/reward/mean": 0.25}),
+            *(
+                MetricsRow(run="run-a", step=step, time=2.0 + step, values={"loss": 1 / (step + 1)})
+                for step in range(3)
+            ),
+        ]
+        await store.add_metrics(rows[:2])
+        await store.add_metrics(rows[2:])
+        await store.add_metrics([])
+        await store.add_metrics([rows[0].model_copy(update={"step": 1})])
+        everything = await store.query_metrics()
+        assert everything.rows == [*rows, rows[0].model_copy(update={"step": 1})]
+        assert (everything.total, everything.next_offset) == (5, None)
+        run_a = await store.query_metrics(run="run-a")
+        assert run_a.rows == rows[1:]
+        assert await store.metric_runs() == ["run-b", "run-a"]  # first seen first
+        assert (await store.query_metrics(run="run-c")).total == 0
+
+    async def test_metrics_page(self, store: Store) -> None:
+        await store.add_metrics(
+            [MetricsRow(run="r", step=step, time=float(step), values={}) for step in range(7)]
+        )
+        await store.add_metrics([MetricsRow(run="other", step=0, time=0.0)])
+        page = await store.query_metrics(run="r", limit=3, offset=3)
+        assert [row.step for row in page.rows] == [3, 4, 5]
+        assert (page.total, page.offset, page.next_offset) == (7, 3, 6)
+        tail = await store.query_metrics(run="r", limit=3, offset=6)
+        assert ([row.step for row in tail.rows], tail.next_offset) == ([6], None)
+        assert (await store.query_metrics(limit=2)).next_offset == 2
+
+    async def test_metrics_keep_only_finite_values(self, store: Store) -> None:
+        nan, inf = float("nan"), float("inf")
+        row = MetricsRow(
+            run="r", step=3, time=10.0, values={"reward": 0.5, "loss": nan, "grad": inf, "n": -inf}
+        )
+        assert row.values == {"reward": 0.5}
+        # JSON has no NaN: a sender writes null for one, which is dropped as well.
+        from_json = MetricsRow.model_validate_json(
+            '{"run": "r", "step": 4, "time": 11.0, "values": {"reward": null, "kl": 0.1}}'
+        )
+        assert from_json.values == {"kl": 0.1}
+        await store.add_metrics([row, from_json])
+        assert [r.values for r in (await store.query_metrics()).rows] == [
+            {"reward": 0.5},
+            {"kl": 0.1},
+        ]
+
+    async def test_metrics_refuse_bad_input_naming_the_field(self, store: Store) -> None:
+        with pytest.raises(ValidationError, match="run"):  # rows check themselves
+            MetricsRow(run="", step=0, time=0.0)
+        with pytest.raises(ValidationError, match="step"):
+            MetricsRow(run="r", step=-1, time=0.0)
+        with pytest.raises(InvalidInputError) as caught:
+            await store.add_metrics("not a list")  # type: ignore[arg-type]
+        assert caught.value.field == "rows"
+        good = MetricsRow(run="r", step=0, time=0.0)
+        with pytest.raises(InvalidInputError) as caught:
+            await store.add_metrics([good, {"run": "r"}])  # type: ignore[list-item]
+        assert caught.value.field == "rows[1]"
+        assert (await store.query_metrics()).total == 0
+        bad: list[tuple[str, Any]] = [("run", ""), ("limit", 0), ("limit", 10_001), ("offset", -1)]
+        for field, value in bad:
+            with pytest.raises(InvalidInputError) as caught:
+                await store.query_metrics(**{field: value})
+            assert caught.value.field == field
+
     # --- concurrency and isolation ------------------------------------------------------------
 
     async def test_concurrent_claims_never_share_a_rollout(self, store: Store) -> None:
@@ -700,6 +906,19 @@ class StoreConformance:
         assert await store.add_spans([_span(claim, "s3")]) == [4]
         [next_claim] = await store.dequeue_rollouts()
         assert next_claim.rollout.input == "queued"
+
+    async def test_metrics_survive_reopening(
+        self, store: Store, request: pytest.FixtureRequest
+    ) -> None:
+        if not self.persistent:
+            pytest.skip("this backend does not keep data across a reopen (persistent = False)")
+        reopen: Callable[[Store], Awaitable[Store]] = request.getfixturevalue("reopen")
+        rows = [MetricsRow(run="r", step=step, time=1.0, values={"x": step}) for step in range(3)]
+        await store.add_metrics(rows)
+        store = await reopen(store)
+        assert (await store.query_metrics(run="r")).rows == rows
+        await store.add_metrics([MetricsRow(run="s", step=0, time=2.0)])
+        assert await store.metric_runs() == ["r", "s"]
 
 
 async def _status_is(store: Store, rollout_id: str, status: RolloutStatus) -> bool:

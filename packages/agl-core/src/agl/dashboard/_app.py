@@ -1,0 +1,146 @@
+"""Serving the dashboard: beside a store server's routes, or on its own in front of any store.
+
+The pages are static files shipped in the package (``static/``: HTML, JavaScript and CSS
+written by hand, no build step, nothing fetched from the internet). In the browser they read
+the store's HTTP API, ``/v1/...``, and the views of :mod:`agl.dashboard._views`. They never
+write: the standalone server passes only ``GET`` requests through.
+
+A store served with a token keeps its data behind it: the pages themselves (which hold no
+data) are public, the page asks for the token once, keeps it in the tab's session storage and
+sends it as ``Authorization: Bearer``, never in a URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from agl._errors import AglError, NotFoundError
+from agl._server_auth import bearer_token
+from agl.dashboard._views import create_views
+from agl.store._base import Store
+
+__all__ = ["PUBLIC_PATHS", "create_dashboard_app", "mount_dashboard", "static_folder"]
+
+PUBLIC_PATHS = ("/", "/dashboard/")
+"""Paths a token does not guard: the page and its assets (``/dashboard/...``), no data."""
+
+_FILES = {"app.js": "text/javascript", "app.css": "text/css", "favicon.svg": "image/svg+xml"}
+
+
+def static_folder() -> Path:
+    """The folder of the dashboard's page and assets, inside the installed package."""
+    return Path(str(resources.files("agl.dashboard") / "static"))
+
+
+def _add_pages(app: FastAPI) -> None:
+    folder = static_folder()
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> Response:
+        return FileResponse(folder / "index.html", media_type="text/html")
+
+    @app.get("/dashboard/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        media_type = _FILES.get(name)
+        if media_type is None:
+            raise NotFoundError(f"the dashboard has no file {name!r}", field="name", value=name)
+        return FileResponse(folder / name, media_type=media_type)
+
+
+def mount_dashboard(app: FastAPI, store: Store) -> None:
+    """Add the dashboard to a store server's ``app`` serving ``store``: the page at ``/``, its
+    assets under ``/dashboard/``, the views under ``/v1/views``."""
+
+    async def store_for(_: Request) -> Store:
+        return store
+
+    app.include_router(create_views(store_for))
+    _add_pages(app)
+
+
+def create_dashboard_app(store_url: str) -> FastAPI:
+    """The dashboard on its own, for a store served at ``store_url`` (``agl dashboard``).
+
+    The page, its assets and the views are served here; the store's own ``GET /v1/...`` routes
+    are passed through (with the browser's ``Authorization`` header), so the page reads the same
+    API as on the store server. Anything but ``GET`` is refused: the dashboard is read-only.
+    """
+    import aiohttp
+
+    from agl.store._http import HttpStore
+
+    base = store_url.rstrip("/")
+    clients: dict[str | None, HttpStore] = {}
+    session: dict[str, aiohttp.ClientSession] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        session["http"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        try:
+            yield
+        finally:
+            await session["http"].close()
+            for client in clients.values():
+                await client.close()
+
+    app = FastAPI(title="agl dashboard", lifespan=lifespan, docs_url=None, redoc_url=None)
+    _install_errors(app)
+
+    async def store_for(request: Request) -> Store:
+        header = request.headers.get("authorization")
+        token = bearer_token(header.encode()) if header else None
+        key = token.decode() if token else None
+        if key not in clients:
+            if len(clients) > 16:  # one client per token seen; a handful at most
+                for client in clients.values():
+                    await client.close()
+                clients.clear()
+            clients[key] = HttpStore(base, token=key)
+        return clients[key]
+
+    app.include_router(create_views(store_for))
+    _add_pages(app)
+
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def passthrough(request: Request, path: str) -> Response:
+        if request.method != "GET":
+            return JSONResponse(
+                {
+                    "error": {
+                        "type": "InvalidInputError",
+                        "message": "the dashboard is read-only: only GET reaches the store",
+                    }
+                },
+                status_code=405,
+                headers={"Allow": "GET"},
+            )
+        headers = {}
+        if "authorization" in request.headers:
+            headers["Authorization"] = request.headers["authorization"]
+        async with session["http"].get(
+            f"{base}/v1/{path}", params=list(request.query_params.multi_items()), headers=headers
+        ) as upstream:
+            body = await upstream.read()
+            kept = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() in ("content-type", "www-authenticate")
+            }
+            return Response(body, status_code=upstream.status, headers=kept)
+
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(AglError)
+    async def agl_error(_: Request, exc: AglError) -> JSONResponse:
+        # the store's refusal, passed on as the store said it (401 stays 401)
+        body: dict[str, Any] = {"error": exc.to_dict()}
+        return JSONResponse(body, status_code=exc.status_code)

@@ -1,0 +1,110 @@
+"""What the HTTP store client needs beside its requests: URLs, errors back from the server,
+long polls cut to the server's limit, and which transport failures are safe to repeat."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic_core import from_json
+
+from agl._errors import ERRORS_BY_NAME, AglError, InvalidInputError, StoreError
+from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS
+
+__all__ = [
+    "base_url",
+    "decode",
+    "never_sent",
+    "path_segment",
+    "polls",
+    "ssl_context",
+    "starting_at",
+]
+
+
+def starting_at(url: str, index: int) -> str:
+    """``url`` with its servers rotated so that client ``index`` starts at server ``index``.
+
+    A URL of one server is returned as it is. Giving each of N clients its own start spreads
+    them over the servers instead of sending all of them to the first.
+    """
+    servers = url.split(",")
+    first = index % len(servers)
+    return ",".join(servers[first:] + servers[:first])
+
+
+def base_url(one: str, url: str) -> str:
+    """One server's URL of ``url`` (the whole, for the message), without a trailing slash."""
+    parts = urlsplit(one)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInputError(
+            f"HTTP store URL must look like http://host:port (several: "
+            f"http://a:4747,http://b:4747), got {url!r}",
+            field="url",
+            value=url,
+        )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def never_sent(exc: Exception) -> bool | None:
+    """Say whether a request that raised ``exc`` surely never reached the server.
+
+    Returns:
+        True when no connection was made (so sending again is always safe), False when the
+        connection failed after the request may have gone out, None when ``exc`` is not a
+        transport failure at all.
+    """
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return True
+    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError):
+        return False
+    return None
+
+
+def decode(status: int, body: bytes) -> Any:
+    """Return the JSON body of a success, or raise the error the server described."""
+    try:
+        data = from_json(body) if body else None
+    except ValueError:
+        data = None
+    if 200 <= status < 300:
+        return data
+    info = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(info, dict):
+        raise StoreError(
+            f"store answered {status} without an agl error body: "
+            f"{body.decode(errors='replace')[:200]!r}"
+        )
+    cls: type[AglError] = ERRORS_BY_NAME.get(str(info.get("type")), StoreError)
+    raise cls(str(info.get("message")), field=info.get("field"), value=info.get("value"))
+
+
+def ssl_context() -> Any:
+    """Verify servers against certifi's roots, as httpx (the client before aiohttp) did."""
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def path_segment(value: str) -> str:
+    """Quote one path segment."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"expected a non-empty id string, got {value!r}", value=value)
+    return quote(value, safe="")
+
+
+def polls(wait: Any) -> list[Any]:
+    """A wait as the server's long polls: pieces of at most ``MAX_POLL_SECONDS``. A value the
+    store refuses (negative, over an hour, not a number) goes as it is, for the server's 400."""
+    if (
+        isinstance(wait, bool)
+        or not isinstance(wait, int | float)
+        or not MAX_POLL_SECONDS < wait <= MAX_WAIT_SECONDS
+    ):
+        return [wait]
+    whole, rest = divmod(float(wait), MAX_POLL_SECONDS)
+    return [MAX_POLL_SECONDS] * int(whole) + ([rest] if rest > 0 else [])
