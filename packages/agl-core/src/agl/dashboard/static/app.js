@@ -549,7 +549,14 @@ async function curvesPage(params) {
       runs.map((r) => h("option", { value: r, selected: r === run }, r))),
       ` · ${rows.length} steps logged`),
     h("div", { class: "charts" }, (wanted.length ? wanted : keys.slice(0, 6)).map((key) =>
-      chart(key, rows.filter((r) => key in r.values).map((r) => [r.step, r.values[key]])))));
+      chart(key, lastPerStep(rows, key)))));
+}
+
+function lastPerStep(rows, key) {
+  // A resumed run logs its redone steps again: the last row of a step is the one that counts.
+  const byStep = new Map();
+  for (const row of rows) if (key in row.values) byStep.set(row.step, row.values[key]);
+  return [...byStep].sort((a, b) => a[0] - b[0]);
 }
 
 // --- router -----------------------------------------------------------------------------------
