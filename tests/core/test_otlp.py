@@ -425,6 +425,52 @@ def test_a_real_exporter_over_http() -> None:
     assert received == [expected(s, "r", "a") for s in sdk_spans]
 
 
+def test_a_real_exporter_with_gzip_reaches_a_store_server() -> None:
+    """OTLP exporters compress with gzip when asked (Content-Encoding: gzip): the store server
+    inflates the body; a body that only says so, or another encoding, is a 400 naming why."""
+    import asyncio
+
+    import httpx
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    import agl
+    from agl.store import StoreServer
+
+    async def claim(url: str) -> tuple[str, str]:
+        async with agl.open_store(url) as store:
+            await store.enqueue_rollouts([agl.RolloutRequest(input=0)])
+            [claimed] = await store.dequeue_rollouts()
+        return claimed.rollout.rollout_id, claimed.attempt.attempt_id
+
+    async def stored(url: str, rollout_id: str) -> list[Span]:
+        async with agl.open_store(url) as store:
+            return await store.query_spans(rollout_id)
+
+    with StoreServer("memory://") as server:
+        rollout_id, attempt_id = asyncio.run(claim(server.url))
+        sdk_spans = record({AGL_ROLLOUT_ID: rollout_id, AGL_ATTEMPT_ID: attempt_id})
+        exporter = OTLPSpanExporter(
+            endpoint=f"{server.url}/v1/traces", timeout=10, compression=Compression.Gzip
+        )
+        assert exporter.export(sdk_spans) is SpanExportResult.SUCCESS
+        exporter.shutdown()
+        assert [s.name for s in asyncio.run(stored(server.url, rollout_id))] == [
+            s.name for s in sdk_spans
+        ]
+        body = encode_spans(sdk_spans).SerializeToString()
+        headers = {"Content-Type": PROTOBUF}
+        fake = httpx.post(
+            f"{server.url}/v1/traces", content=body, headers={**headers, "Content-Encoding": "gzip"}
+        )
+        assert fake.status_code == 400
+        assert "not gzip" in fake.json()["error"]["message"]
+        other = httpx.post(
+            f"{server.url}/v1/traces", content=body, headers={**headers, "Content-Encoding": "br"}
+        )
+        assert other.status_code == 400
+        assert other.json()["error"]["field"] == "content-encoding"
+
+
 # --- Errors ------------------------------------------------------------------------------------
 
 

@@ -156,6 +156,19 @@ _ROLLOUT_ID = re.compile(ROLLOUT_ID_PATTERN)
 _ID_CHAR = re.compile(f"[^{_ID_CHARS}]")
 
 
+def unaddressable(value: str, name: str) -> str | None:
+    """Why the id ``value`` (of field ``name``) cannot be one URL path segment, or None if it
+    can: every id the store serves by URL (rollouts, resource sets) must be."""
+    if _ROLLOUT_ID.fullmatch(value):
+        return None
+    bad = sorted({c for c in value if not _ID_CHAR.fullmatch(c)})
+    what = f"holds {', '.join(repr(c) for c in bad)}" if bad else f"is {value!r}"
+    return (
+        f"{name} {value!r} {what}: an id must be addressable as one URL path segment (no '/', "
+        "'%', '?', '#', whitespace or control characters; not '.' or '..')"
+    )
+
+
 class RolloutRequest(BaseModel):
     """What to enqueue: one task for the agent.
 
@@ -185,16 +198,9 @@ class RolloutRequest(BaseModel):
     @field_validator("rollout_id")
     @classmethod
     def _addressable(cls, value: str | None) -> str | None:
-        if value is None or _ROLLOUT_ID.fullmatch(value):
-            return value
-        bad = sorted({c for c in value if not _ID_CHAR.fullmatch(c)})
-        if bad or value in (".", ".."):
-            what = f"holds {', '.join(repr(c) for c in bad)}" if bad else f"is {value!r}"
-            raise ValueError(
-                f"rollout_id {value!r} {what}: an id must be addressable as one URL path "
-                "segment (no '/', '%', '?', '#', whitespace or control characters; not '.' "
-                "or '..')"
-            )
+        problem = None if value is None else unaddressable(value, "rollout_id")
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 

@@ -23,6 +23,7 @@ from agl._rollouts import (
     RolloutRequest,
     RolloutStatus,
     new_id,
+    unaddressable,
 )
 from agl._spans import Span
 from agl.store._tx import RolloutFilter, SpanKey, Transaction
@@ -367,6 +368,13 @@ def add_resources(
 ) -> ResourcesUpdate:
     """Publish a set of resources as the next version; a known id returns the stored set."""
     if resources_id is not None:
+        problem = unaddressable(resources_id, "resources_id") if resources_id else None
+        if problem is not None or len(resources_id) > 128 or not resources_id:
+            raise InvalidInputError(
+                problem or f"resources_id must be 1 to 128 characters, got {len(resources_id)}",
+                field="resources_id",
+                value=resources_id,
+            )
         existing = tx.resources_get(resources_id)
         if existing is not None:
             return existing

@@ -341,7 +341,11 @@ class HttpStore(ClosingStore):
         data = await self._request(
             "POST",
             "/v1/resources",
-            json={"resources": payload, "resources_id": resources_id or new_id("rs")},
+            # An id made here keeps a retried publish from making two versions.
+            json={
+                "resources": payload,
+                "resources_id": new_id("rs") if resources_id is None else resources_id,
+            },
         )
         return ResourcesUpdate.model_validate(data)
 

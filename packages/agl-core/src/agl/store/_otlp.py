@@ -262,3 +262,37 @@ def _any_value(value: AnyValue, field: str) -> JsonValue:
     raise InvalidInputError(
         f"attribute values of type {kind} are not supported in trace data", field=field
     )
+
+
+def decode_body(data: bytes, encoding: str, limit: int) -> bytes:
+    """The body of an export as sent with ``Content-Encoding: encoding``: as is, or inflated
+    from gzip (as OTLP exporters send it with compression on), at most ``limit`` bytes.
+
+    Raises:
+        InvalidInputError: another encoding; a body that is not gzip, or inflates past
+            ``limit``.
+    """
+    import zlib
+
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    if encoding != "gzip":
+        raise InvalidInputError(
+            f"Content-Encoding {encoding!r} is not supported: send gzip or none",
+            field="content-encoding",
+            value=encoding,
+        )
+
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        inflated = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInputError(
+            f"the body says Content-Encoding: gzip but is not gzip ({exc})", field="body"
+        ) from None
+    if len(inflated) > limit or inflater.unconsumed_tail:
+        raise InvalidInputError(
+            f"the gzip body inflates past the server's limit of {limit} bytes", field="body"
+        )
+    return inflated

@@ -40,12 +40,13 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from agl._errors import InvalidInputError, NotFoundError
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
+    ROLLOUT_ID_PATTERN,
     Attempt,
     AttemptStatus,
     Claim,
@@ -149,7 +150,15 @@ class ResourcesBody(_Body):
     resources: dict[Annotated[str, Field(min_length=1)], ResourceJson] = Field(
         description="name (not empty) -> resource, by its type tag"
     )
-    resources_id: str | None = None
+    resources_id: (
+        Annotated[
+            str,
+            WithJsonSchema(
+                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
+            ),
+        ]
+        | None
+    ) = Field(default=None, description="one URL path segment, as a rollout id")
 
 
 class MetricsBody(_Body):
@@ -351,8 +360,10 @@ def create_app(
         from agl.store import _otlp as otlp
 
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        encoding = request.headers.get("content-encoding", "identity")
         try:
-            spans = otlp.decode_traces(await request.body(), content_type)
+            body = otlp.decode_body(await request.body(), encoding, max_body_bytes)
+            spans = otlp.decode_traces(body, content_type)
             if spans:
                 await store.add_spans(spans)
         except (InvalidInputError, NotFoundError) as exc:
@@ -361,6 +372,14 @@ def create_app(
         content, media_type = otlp.encode_response(content_type)
         return Response(content=content, media_type=media_type)
 
+    _finish(app, store, token=token, max_body_bytes=max_body_bytes, dashboard=dashboard)
+    return app
+
+
+def _finish(
+    app: FastAPI, store: Store, *, token: str | None, max_body_bytes: int, dashboard: bool
+) -> None:
+    """Add the dashboard (its page public, its data behind the token) and the middlewares."""
     public: tuple[str, ...] = ()
     if dashboard:
         from agl.dashboard import PUBLIC_PATHS, mount_dashboard
@@ -371,7 +390,6 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     if token:
         app.add_middleware(BearerTokenMiddleware, token=token, refusal=unauthorized, public=public)
-    return app
 
 
 def _add_metrics_routes(app: FastAPI, store: Store) -> None:

@@ -758,6 +758,17 @@ class StoreConformance:
             await store.query_resources(offset=-1)
         assert caught.value.field == "offset"
 
+    async def test_a_resources_id_must_be_addressable_by_url(self, store: Store) -> None:
+        llm = {"llm": LLM(endpoint="http://a/v1", model="m")}
+        kept = await store.add_resources(llm, resources_id="prompts-v1.2_x")
+        for bad in ("a/b", "..", "with space", "x" * 129, ""):
+            with pytest.raises(InvalidInputError) as caught:
+                await store.add_resources(llm, resources_id=bad)
+            assert caught.value.field == "resources_id"
+        # nothing was published by the refusals, and the good id reads back
+        assert (await store.query_resources()).total == 1
+        assert await store.get_resources("prompts-v1.2_x") == kept
+
     # --- training metrics ---------------------------------------------------------------------
 
     async def test_metrics_round_trip_in_order(self, store: Store) -> None:
