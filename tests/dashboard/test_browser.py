@@ -173,3 +173,38 @@ async def _transitions(run: RunStore, group: list[agl.Rollout]) -> agl.Transitio
     async with agl.open_store(run.url, token=TOKEN) as store:
         results = await fetch_results(store, group)
     return TransitionBuilder().build(results)
+
+
+def test_a_prompt_optimizers_candidates_and_scores(page: Any) -> None:
+    """agl-apo keeps its search in the store as a resource (its state): the resource page
+    lists its scored candidates, best first."""
+    from agl.store import StoreServer
+    from agl_apo.state import APOState, Candidate
+
+    candidates = [
+        Candidate(id="c0", round=0, origin="seed", templates={"p": "Add {x}."}, scores=[0.2, 0.4],
+                  score=0.3),
+        Candidate(id="c1", round=1, origin="rewrite", parents=["c0"],
+                  templates={"p": "Add {x}. Digits only."}, scores=[0.8, 1.0], score=0.9),
+        Candidate(id="c2", round=1, origin="rewrite", parents=["c0"],
+                  templates={"p": "Sum {x}."}, scores=[0.4, 0.6], score=0.5),
+    ]  # fmt: skip
+    state = APOState(
+        resources=["p"], engines={"p": "f-string"}, items=[0, 1], candidates=candidates
+    )
+
+    async def publish(url: str) -> str:
+        async with agl.open_store(url) as store:
+            update = await store.add_resources({"apo": state}, resources_id="apo-run-g1-s1")
+        return update.resources_id
+
+    with StoreServer("memory://") as server:
+        resources_id = run_async(publish(server.url))
+        page.goto(server.url + f"/#/resources/{resources_id}")
+        rows = page.locator("section:has(h2:has-text('apo')) tbody tr")
+        rows.first.wait_for()
+        shown = [row.locator("td").nth(0).inner_text() for row in rows.all()]
+        scores = [row.locator("td").nth(2).inner_text() for row in rows.all()]
+        assert shown == ["c1", "c2", "c0"]
+        assert scores == ["0.9", "0.5", "0.3"]
+        assert "Digits only." in rows.first.inner_text()
