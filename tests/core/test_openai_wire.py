@@ -44,6 +44,18 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("chat", {"messages": MESSAGES, "n": 0}, "n", ">= 1"),
     ("chat", {"messages": MESSAGES, "stream": "yes"}, "stream", "true or false"),
     ("chat", {"messages": MESSAGES, "tools": "calculator"}, "tools", "tool objects"),
+    (
+        "chat",
+        {"messages": [*MESSAGES, {"role": "assistant", "tool_calls": {"f": {}}}]},
+        f"messages[{len(MESSAGES)}].tool_calls",
+        "list of tool call objects",
+    ),
+    (
+        "chat",
+        {"messages": [{"role": "assistant", "tool_calls": [{"function": "f"}]}]},
+        "messages[0].tool_calls",
+        "'function' object",
+    ),
     ("completions", {"prompt": 5}, "prompt", "'prompt'"),
     ("completions", {"prompt": "x", "logprobs": -1}, "logprobs", "from 0 to 20"),
     ("completions", {"prompt": "x", "seed": 1.5}, "seed", "an integer"),

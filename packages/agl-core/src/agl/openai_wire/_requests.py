@@ -234,6 +234,17 @@ def _messages(messages: Any) -> list[JSON]:
         raise WireError("'messages' must be a non-empty list of messages", field="messages")
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         raise WireError("every message must be an object with a 'role'", field="messages")
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list) or not all(
+            isinstance(call, dict) and isinstance(call.get("function", {}), dict) for call in calls
+        ):
+            raise WireError(
+                "'tool_calls' must be a list of tool call objects, each with a 'function' object",
+                field=f"messages[{index}].tool_calls",
+            )
     return messages
 
 
