@@ -382,11 +382,11 @@ def test_bad_requests(client: openai.OpenAI, server: OpenAIServer) -> None:
     response = httpx.post(f"{server.url}/chat/completions", content=b"{not json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == 400
-    # A body the server cannot make sense of is a JSON 500, not a dropped connection.
+    # Tool calls that are not objects: a 400 naming them (once a 500 from deep inside).
     broken = {"model": "m", "messages": [{"role": "assistant", "tool_calls": [1]}]}
     response = httpx.post(f"{server.url}/chat/completions", json=broken)
-    assert response.status_code == 500
-    assert "AttributeError" in response.json()["error"]["message"]
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].tool_calls"
 
 
 def test_script_failures_are_500s(client: openai.OpenAI, server: OpenAIServer) -> None:
