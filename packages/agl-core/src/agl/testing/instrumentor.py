@@ -97,6 +97,8 @@ class RecordingOpenAIServer(OpenAIServer):
                 await app(scope, receive, send)
                 return
             request, response = bytearray(), bytearray()
+            length: int | None = None  # the Content-Length the response announced, if any
+            noted = False
 
             async def receive_body() -> Any:
                 message = await receive()
@@ -105,9 +107,19 @@ class RecordingOpenAIServer(OpenAIServer):
                 return message
 
             async def send_body(message: Any) -> None:
-                if message["type"] == "http.response.body":
+                nonlocal length, noted
+                if message["type"] == "http.response.start":
+                    for name, value in message.get("headers", []):
+                        if name.lower() == b"content-length":
+                            length = int(value)
+                elif message["type"] == "http.response.body" and not noted:
                     response.extend(message.get("body", b""))
-                    if not message.get("more_body", False):
+                    # A client has the whole reply once Content-Length bytes are sent, which can
+                    # be before the closing empty message (a middleware's streamed body): note
+                    # the exchange before the bytes that complete it leave.
+                    last = not message.get("more_body", False)
+                    if last or (length is not None and len(response) >= length):
+                        noted = True
                         ids = _response_ids(bytes(response))
                         with self._lock:
                             self._exchanges.append((request.decode("utf-8", "replace"), ids))
