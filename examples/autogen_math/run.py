@@ -28,25 +28,20 @@ a real model, leave :class:`agl.TransitionBuilder` at its default and drop them.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from math_agent import SYSTEM_PROMPT, math_agent, problems
+from math_agent import math_agent, problems
+from math_training import INSTRUMENT
 from rich.console import Console
 
 import agl
 from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
 
-__all__ = ["INSTRUMENT", "dev", "main", "train"]
-
-INSTRUMENT = ["autogen", "openai"]
-"""What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
-each tool call is a tool span), and the openai client underneath
-``OpenAIChatCompletionClient`` (the same call, recorded twice, counts once)."""
+__all__ = ["INSTRUMENT", "dev", "main"]
 
 
 def dev(
@@ -69,58 +64,6 @@ def dev(
     return trainer.dev(math_agent, list(tasks))
 
 
-def train(
-    tasks: Sequence[Mapping[str, Any]],
-    *,
-    run_dir: Path,
-    steps: int = 3,
-    tasks_per_step: int = 2,
-    n_samples: int = 2,
-    max_tokens: int = 24,
-    lr: float = 1e-3,
-    console: bool | Console = True,
-    algorithm: type[Any] | None = None,
-) -> agl.FitResult:
-    """Train the solver with LightningRL on a tiny model built in code.
-
-    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
-    look at each step's batch, say).
-    """
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
-    from agl_torch.tiny import build_tiny_model
-
-    # A tokenizer trained on the task's own text keeps the prompts short.
-    corpus = [SYSTEM_PROMPT, *(f"{p['question']} {p['expression']}" for p in problems())]
-    model = build_tiny_model(
-        run_dir / "tiny-model", corpus=corpus, vocab_size=512, max_position_embeddings=2048
-    )
-    solver = (algorithm or LightningRLTorch)(
-        model,
-        loop=agl.LoopSettings(
-            n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
-            n_samples=n_samples,
-            batch_size=tasks_per_step,
-            max_steps=steps,
-        ),
-        learner=LearnerSettings(lr=lr),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
-        # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        transitions=agl.TransitionBuilder(drop_zero_variance=False),
-        checkpoints=CheckpointSettings(every=0),
-    )
-    trainer = agl.Trainer(
-        algorithm={"solver": solver, "*": None},
-        run_dir=run_dir,
-        concurrency=tasks_per_step * n_samples,
-        instrument=INSTRUMENT,
-        console=console,
-        progress=console is not False,
-        plot=False,
-    )
-    return trainer.fit(math_agent, list(tasks))
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -128,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
     parser.add_argument("--model", default="stand-in", help="the model name to ask for")
     parser.add_argument("--train", action="store_true", help="train the solver with RL")
-    parser.add_argument("--steps", type=int, default=3, help="RL steps (--train)")
+    parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
     args = parser.parse_args(argv)
     out = Console()
@@ -136,9 +80,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     tasks = problems()
 
     if args.train:
-        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        from math_training import train
+
+        result = train(args.run_dir, steps=args.steps, seed=args.seed, console=log)
         out.print(agent_steps_table(read_metrics(args.run_dir)))
-        out.print(f"Run dir: {args.run_dir}")
+        vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
+        out.print(
+            f"validation reward {vals[0]:.3f} -> {vals[-1]:.3f} in {result.duration_s / 60:.1f} "
+            f"min; curve: {args.run_dir / 'reward.png'}"
+        )
         return
 
     if args.endpoint is not None:

@@ -8,6 +8,9 @@ way a :data:`Plan` says. Each problem takes two calls:
    or with :func:`wrong_expression` (``"wrong"``: its first operator swapped);
 2. the problem and the tool's result: the model answers ``The answer is <result>.``, quoting
    whatever the calculator returned, so a wrong expression gives a wrong answer.
+
+A ``"guess"`` problem takes one call: the model skips the calculator and answers with a number
+near the right one (:func:`guess`), as a model that does arithmetic in its head does.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from typing import Any, Literal
 
 from agl.testing.openai_server import Reply, error_reply, tool_reply
 
-__all__ = ["Outcome", "Plan", "default_plan", "script", "wrong_expression"]
+__all__ = ["Outcome", "Plan", "default_plan", "guess", "script", "wrong_expression"]
 
-Outcome = Literal["right", "wrong"]
+Outcome = Literal["right", "wrong", "guess"]
 Plan = Mapping[str, Outcome]
 """Problem id -> which expression the model sends to the calculator."""
 
@@ -31,6 +34,12 @@ def wrong_expression(expression: str) -> str:
     """``expression`` with its first operator swapped (``+``→``-``, ``-``→``+``, ``*``→``+``,
     ``/``→``*``): the model's mistake."""
     return re.sub(r"[-+*/]", lambda m: _SWAP[m[0]], expression, count=1)
+
+
+def guess(problem: Mapping[str, Any]) -> int:
+    """A wrong answer near ``problem``'s (off by 1, 2 or 10, up or down, by its id)."""
+    offsets = (-10, -2, -1, 1, 2, 10)
+    return int(problem["answer"]) + offsets[sum(map(ord, str(problem["id"]))) % len(offsets)]
 
 
 def default_plan(problems: Sequence[Mapping[str, Any]]) -> dict[str, Outcome]:
@@ -59,6 +68,8 @@ def script(
             return error_reply(400, "the stand-in knows no such problem")
         if messages[-1].get("role") == "tool":
             return f"The answer is {_text(messages[-1].get('content')).strip()}."
+        if plan[problem["id"]] == "guess":
+            return f"The answer is {guess(problem)}."
         expression = problem["expression"]
         if plan[problem["id"]] == "wrong":
             expression = wrong_expression(expression)

@@ -63,6 +63,7 @@ if str(EXAMPLE) not in sys.path:
 math_agent = importlib.import_module("math_agent")
 stand_in = _load("stand_in", "autogen_math_stand_in")
 run = _load("run", "autogen_math_run")
+math_training = importlib.import_module("math_training")
 
 
 @pytest.fixture
@@ -193,12 +194,25 @@ def test_the_script_prints_the_table_per_agent(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
+    """The machinery, briefly: a one-epoch warm-up, two RL steps, every call's tokens."""
     from transformers import AutoTokenizer
 
-    problems = math_agent.problems()[:2]
-    run.train(problems, run_dir=tmp_path, steps=2, console=False, algorithm=recorded_rl.algorithm)
+    with _our_stand_in():
+        warm = math_training.warm_up(tmp_path, demo_tasks=20, epochs=1, progress=False)
+    result = math_training.reinforce(
+        warm,
+        tmp_path,
+        steps=2,
+        tasks_per_step=2,
+        n_samples=2,
+        val_tasks=2,
+        console=False,
+        algorithm=recorded_rl.algorithm,
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),  # keep all-equal groups
+    )
     [solver] = recorded_rl.instances
-    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    tokenizer: Any = AutoTokenizer.from_pretrained(warm)
+    questions = [t["question"] for t in math_training.variants(math_agent.problems(), 4, seed=2)]
     assert len(solver.batches) == 2
     for batch in solver.batches:
         drops = batch.report
@@ -215,7 +229,9 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
             assert len(transition.response_logprobs) == len(transition.response_ids) > 0
             prompt = tokenizer.decode(transition.prompt_ids)
             assert math_agent.SYSTEM_PROMPT in prompt
-            assert any(problem["question"] in prompt for problem in problems)
+            assert any(question in prompt for question in questions)
     rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
     assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
     assert [row["agents/solver/transitions"] for row in rows] == [len(b) for b in solver.batches]
+    assert sum("val/reward/mean" in row for row in result.history) == 2  # before and after
+    assert (tmp_path / "reward.png").is_file()

@@ -21,6 +21,20 @@ def test_grpo_worked_example_is_rollout_level() -> None:
     assert centred[0][0] == pytest.approx(2 / 3)
 
 
+def test_grpo_over_calls_lets_the_long_rollout_set_the_baseline() -> None:
+    # The same group over its seven call returns: mean 5/7, so the long rollout's calls
+    # get less credit and the short ones more blame than over rollouts.
+    group = Group("t0", [1.0, 0.0, 0.0], [[1.0] * 5, [0.0], [0.0]])
+    [advantages] = GRPO(over="calls").estimate([group])
+    assert advantages is not None
+    mean, std = 5 / 7, (5 * (2 / 7) ** 2 + 2 * (5 / 7) ** 2) ** 0.5 / 6**0.5
+    assert advantages[0] == pytest.approx([(1 - mean) / std] * 5, abs=1e-5)
+    assert advantages[1] == pytest.approx([-mean / std], abs=1e-5)
+    assert GRPO(over="calls").estimate([Group("one", [1.0], [[1.0, 0.0]])]) == [None]
+    with pytest.raises(InvalidInputError, match="over must be"):
+        GRPO(over="tokens")  # type: ignore[arg-type]
+
+
 def test_groups_that_teach_nothing_are_none() -> None:
     same = Group("same", [0.5, 0.5], [[0.5], [0.5]])
     alone = Group("alone", [1.0], [[1.0]])

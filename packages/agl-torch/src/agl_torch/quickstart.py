@@ -40,6 +40,7 @@ import agl
 
 __all__ = [
     "CALCULATOR_TOOL",
+    "ask",
     "calculate",
     "calculator_agent",
     "demonstrations",
@@ -128,10 +129,17 @@ async def calculator_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 async def solve(task: dict[str, Any], llm: agl.LLM, *, pause: float = 0.0) -> float:
     """The agent's work: the reward for answering ``task``. ``pause`` seconds pass after the
     model's first reply, as a slow tool or environment step would make them pass."""
+    answer = await ask(task["question"], llm, pause=pause)
+    return 1.0 if answer.strip() == str(task["answer"]) else 0.0
+
+
+async def ask(question: str, llm: agl.LLM, *, pause: float = 0.0) -> str:
+    """Ask the model ``question`` with the calculator tool, running the calls it makes (at
+    most two), and return its final answer's text ("" when it gave none)."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "agl", max_retries=0)
-    messages: list[Any] = [{"role": "user", "content": task["question"]}]
+    messages: list[Any] = [{"role": "user", "content": question}]
     answer = ""
     async with client:
         for _ in range(3):  # at most two tool calls, then an answer
@@ -157,7 +165,7 @@ async def solve(task: dict[str, Any], llm: agl.LLM, *, pause: float = 0.0) -> fl
                 except (ValueError, KeyError, TypeError):
                     result = 'error: arguments must be {"expression": "..."}'
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    return 1.0 if answer.strip() == str(task["answer"]) else 0.0
+    return answer
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -265,31 +273,27 @@ def warm_up_model(
     folder (``run_dir/warm-model``)."""
     from rich.console import Console
 
-    from agl_torch.learner import Learner
-    from agl_torch.policy import load_policy
-    from agl_torch.settings import LearnerSettings
-    from agl_torch.tiny import build_tiny_model, build_tokenizer
+    from agl_torch.warm_up import warm_up_tiny_model
 
     console = console or Console(stderr=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
     demos = demonstrations(tasks(200, seed=seed + 3), tool_share=tool_share, seed=seed)
-    console.print("[bold]1/3[/] building a tiny model in code (tokenizer, template, weights)")
-    rendering = build_tokenizer()
-    corpus = [
-        rendering.apply_chat_template(d, tools=[CALCULATOR_TOOL], tokenize=False) for d in demos
-    ]
-    base = build_tiny_model(run_dir / "base-model", corpus=corpus, vocab_size=400, seed=seed)
     console.print(
+        "[bold]1/3[/] building a tiny model in code (tokenizer, template, weights); "
         f"[bold]2/3[/] SFT warm-up on {len(demos)} demonstrations "
         f"(the calculator in {tool_share:.0%} of them), {epochs} epochs"
     )
-    model, tokenizer = load_policy(base, device=device)
-    warmup = LearnerSettings(lr=lr, max_grad_norm=None, seed=seed)
-    learner = Learner(model, tokenizer, warmup, device=device)
-    _warm_up(learner, demos, epochs, seed, progress, console)
-    warm = run_dir / "warm-model"
-    learner.save_pretrained(warm)
-    return warm
+    return warm_up_tiny_model(
+        run_dir,
+        demos,
+        epochs=epochs,
+        tools=[CALCULATOR_TOOL],
+        lr=lr,
+        seed=seed,
+        max_position_embeddings=1024,
+        device=device,
+        progress=progress,
+        console=console,
+    )
 
 
 def train(
@@ -352,38 +356,6 @@ def train(
         "train_last5": statistics.fmean(r["reward/mean"] for r in curve[-5:]) if curve else 0.0,
         "seconds": result.duration_s,
     }
-
-
-def _warm_up(
-    learner: Any,
-    demos: list[list[dict[str, Any]]],
-    epochs: int,
-    seed: int,
-    progress: bool,
-    console: Any,
-) -> None:
-    from rich.progress import Progress
-
-    from agl_torch.sft import train_on_messages
-
-    with Progress(console=console, disable=not progress, transient=False) as bar:
-        task = bar.add_task("SFT warm-up", total=None)
-
-        def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
-            bar.update(
-                task, completed=step, total=total, description=f"SFT loss {metrics['loss']:.3f}"
-            )
-
-        history = train_on_messages(
-            learner,
-            demos,
-            epochs=epochs,
-            batch_size=32,
-            tools=[CALCULATOR_TOOL],
-            seed=seed,
-            on_step=on_step,
-        )
-    console.print(f"SFT warm-up: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}")
 
 
 if __name__ == "__main__":

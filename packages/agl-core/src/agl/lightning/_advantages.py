@@ -21,7 +21,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from agl._errors import InvalidInputError
 
@@ -57,19 +57,37 @@ class GRPO:
         scale: Divide by the group's sample standard deviation (False: centre only, as in
             Dr. GRPO).
         eps: Added to the standard deviation.
+        over: ``"rollouts"`` (the default): the mean and deviation are taken over the group's
+            rollout values, one per rollout. ``"calls"``: over every call's return in the group,
+            so a rollout that made more calls weighs more in the baseline, as in
+            implementations that treat each call as a sample of its own (kept to measure the
+            difference: ``benchmarks/learning.py``).
     """
 
     name = "grpo"
 
-    def __init__(self, *, scale: bool = True, eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        *,
+        scale: bool = True,
+        eps: float = 1e-6,
+        over: Literal["rollouts", "calls"] = "rollouts",
+    ) -> None:
+        if over not in ("rollouts", "calls"):
+            raise InvalidInputError(
+                f"over must be 'rollouts' or 'calls', got {over!r}", field="over"
+            )
         self.scale = scale
         self.eps = eps
+        self.over = over
 
     def estimate(self, groups: Sequence[Group]) -> list[list[list[float]] | None]:
         out: list[list[list[float]] | None] = []
         for group in groups:
             values = group.values
-            if len(values) < 2 or _zero_variance(values):
+            if self.over == "calls":
+                values = [g for returns in group.returns for g in returns] or values
+            if len(group.values) < 2 or len(values) < 2 or _zero_variance(values):
                 out.append(None)
                 continue
             mean = statistics.fmean(values)
@@ -78,7 +96,7 @@ class GRPO:
         return out
 
     def __repr__(self) -> str:
-        return f"GRPO(scale={self.scale}, eps={self.eps})"
+        return f"GRPO(scale={self.scale}, eps={self.eps}, over={self.over!r})"
 
 
 class RLOO:

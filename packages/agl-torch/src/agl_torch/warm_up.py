@@ -1,0 +1,117 @@
+"""A tiny model built in code and warmed up on demonstrations: where RL on a CPU starts.
+
+A model with random weights never calls a tool or writes a query, so RL alone has nothing to
+reinforce. :func:`warm_up_tiny_model` builds agl-torch's tiny model with a tokenizer trained on
+the demonstrations themselves (the shortest token sequences for the task), then fine-tunes it
+on them for a few epochs: afterwards it acts as the demonstrations do, mistakes included, and
+RL improves on that. The quickstart and the task examples start this way; the demonstrations
+come from a scripted teacher (:class:`agl.testing.demonstrations.Demonstrations` records one in
+the agent's own wire format) or from any chat data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["warm_up_tiny_model"]
+
+
+def warm_up_tiny_model(
+    run_dir: Path,
+    conversations: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    epochs: int,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    lr: float = 3e-3,
+    batch_size: int = 32,
+    seed: int = 0,
+    vocab_size: int = 400,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    max_length: int = 2048,
+    max_position_embeddings: int = 2048,
+    device: str | None = None,
+    progress: bool = True,
+    console: Any = None,
+) -> Path:
+    """Build the tiny model for ``conversations``, fine-tune it on them, save it; return its
+    folder (``run_dir/warm-model``; the untrained one is ``run_dir/base-model``).
+
+    Args:
+        conversations: Lists of chat messages, or dicts with ``messages`` (and ``tools``).
+        epochs: Passes over the conversations.
+        tools: Tools for the conversations that name none of their own.
+        lr / batch_size / seed: The fine-tuning's (``seed`` also seeds the weights).
+        vocab_size / hidden_size / num_layers: The model's shape.
+        max_length: Longer conversations are dropped.
+        max_position_embeddings: The longest sequence the model takes.
+        device: Where the fine-tuning runs (default: CUDA when present).
+        progress: Show a progress bar (on ``console``, a ``rich`` console; stderr by default).
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from agl_torch.learner import Learner
+    from agl_torch.policy import load_policy
+    from agl_torch.settings import LearnerSettings
+    from agl_torch.sft import train_on_messages
+    from agl_torch.tiny import build_tiny_model, build_tokenizer
+
+    console = console or Console(stderr=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rendering = build_tokenizer()
+    corpus = []
+    for conversation in conversations:
+        messages, own_tools = _parts(conversation)
+        corpus.append(
+            rendering.apply_chat_template(messages, tools=own_tools or tools, tokenize=False)
+        )
+    base = build_tiny_model(
+        run_dir / "base-model",
+        corpus=corpus,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        max_position_embeddings=max_position_embeddings,
+        seed=seed,
+    )
+    model, tokenizer = load_policy(base, device=device)
+    learner = Learner(
+        model, tokenizer, LearnerSettings(lr=lr, max_grad_norm=None, seed=seed), device=device
+    )
+    with Progress(console=console, disable=not progress, transient=False) as bar:
+        task = bar.add_task("SFT warm-up", total=None)
+
+        def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
+            bar.update(
+                task, completed=step, total=total, description=f"SFT loss {metrics['loss']:.3f}"
+            )
+
+        history = train_on_messages(
+            learner,
+            conversations,
+            epochs=epochs,
+            batch_size=batch_size,
+            tools=tools,
+            max_length=max_length,
+            seed=seed,
+            on_step=on_step,
+        )
+    if history:
+        dropped = {k: int(v) for k, v in history[-1].items() if k.startswith("dropped/") and v}
+        console.print(
+            f"SFT warm-up on {int(history[-1]['examples'])} conversations, {epochs} epochs: "
+            f"loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}"
+            + (f" (dropped {dropped})" if dropped else "")
+        )
+    warm = run_dir / "warm-model"
+    learner.save_pretrained(warm)
+    return warm
+
+
+def _parts(conversation: Any) -> tuple[list[Any], Any]:
+    if isinstance(conversation, Mapping):
+        return list(conversation["messages"]), conversation.get("tools")
+    return list(conversation), None

@@ -1,0 +1,72 @@
+"""The tiny model, built for a set of conversations and warmed up on them, answers as they do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agl_torch.warm_up import warm_up_tiny_model
+
+pytest.importorskip("torch")
+
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+    },
+}
+PAIRS = {"apple": "red", "sky": "blue", "grass": "green", "snow": "white"}
+
+
+def _conversations() -> list[dict[str, Any]]:
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"What colour is {thing}?"},
+                {"role": "assistant", "content": colour},
+            ],
+            "tools": [TOOL],
+        }
+        for thing, colour in PAIRS.items()
+    ]
+
+
+@pytest.mark.timeout(300)
+def test_the_warmed_up_model_answers_as_the_demonstrations_do(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    warm = warm_up_tiny_model(
+        tmp_path, _conversations(), epochs=60, lr=3e-3, batch_size=4, progress=False
+    )
+    assert warm == tmp_path / "warm-model"
+    assert (tmp_path / "base-model" / "config.json").is_file()
+    tokenizer: Any = AutoTokenizer.from_pretrained(warm)
+    model = AutoModelForCausalLM.from_pretrained(warm)
+    for thing, colour in PAIRS.items():
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What colour is {thing}?"}],
+            tools=[TOOL],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )
+        with torch.no_grad():
+            out = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+        reply = tokenizer.decode(out[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+        assert reply.strip() == colour, (thing, reply)
+    # the tokenizer was trained on these conversations: the tool's schema takes few tokens
+    schema_tokens = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=[TOOL], tokenize=True
+    )
+    assert len(schema_tokens) < 60, len(schema_tokens)
+
+
+def test_conversations_given_as_plain_message_lists_take_the_shared_tools(tmp_path: Path) -> None:
+    plain = [c["messages"] for c in _conversations()]
+    warm = warm_up_tiny_model(tmp_path, plain, epochs=1, tools=[TOOL], progress=False)
+    assert (warm / "config.json").is_file()
