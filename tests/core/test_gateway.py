@@ -319,3 +319,34 @@ async def test_fifty_concurrent_rollouts_do_not_mix(
         spans = await calls(gateway, store, rollout_id)
         texts = sorted(decode(s.attributes[semconv.AGL_RESPONSE_TOKEN_IDS]) for s in spans)  # type: ignore[arg-type]
         assert texts == [f"ok: agent {index} turn 0", f"ok: agent {index} turn 1"]
+
+
+async def test_a_lone_surrogate_in_a_request_is_recorded_valid_and_recording_goes_on(
+    upstream: OpenAIServer, tmp_path: Any
+) -> None:
+    """A JSON body may escape a lone UTF-16 surrogate, which no UTF-8 store can hold: the span
+    keeps U+FFFD in its place, and the calls after it are recorded too."""
+    from agl.store._sqlite import SQLiteStore
+
+    upstream.script = echo
+    async with SQLiteStore(tmp_path / "store.db") as store:
+        [(rollout_id, attempt_id)] = await claim(store)
+        with GatewayServer([upstream.url], store) as gateway:
+            body = b'{"model": "\\ud800", "messages": [{"role": "user", "content": "hi \\udfff"}]}'
+            async with httpx.AsyncClient() as http:
+                url = gateway.rollout_url(rollout_id, attempt_id) + "/chat/completions"
+                answer = await http.post(
+                    url, content=body, headers={"content-type": "application/json"}
+                )
+            assert answer.status_code == 200, answer.text
+            after = client(gateway, rollout_id, attempt_id).chat.completions.create(
+                model="m", messages=MESSAGES
+            )
+            spans = await calls(gateway, store, rollout_id)
+            assert gateway.gateway is not None
+            assert gateway.gateway.sender.stats.rejected == 0
+    first, second = sorted(spans, key=lambda s: s.sequence_id or 0)
+    assert first.attributes[semconv.GEN_AI_REQUEST_MODEL] == "\ufffd"
+    request = json.loads(str(first.attributes[semconv.AGL_REQUEST_JSON]))
+    assert request["messages"][0]["content"] in ("hi \ufffd", "hi \udfff")  # escaped JSON text
+    assert second.attributes[semconv.GEN_AI_RESPONSE_ID] == after.id

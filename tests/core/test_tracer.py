@@ -183,3 +183,29 @@ async def test_a_full_buffer_drops_the_oldest_and_says_so(
         await store.close()
     assert tracer.stats.exported == 0
     assert tracer.stats.dropped == tracer.stats.queued
+
+
+async def test_a_span_with_lone_surrogates_is_stored_valid_beside_its_batch(tmp_path: Path) -> None:
+    """An agent's text may hold lone UTF-16 surrogates, which SQLite cannot store: the span is
+    stored with U+FFFD in their place, and the spans sent with it are stored too."""
+    from agl.store._sqlite import SQLiteStore
+
+    async with SQLiteStore(tmp_path / "store.db") as store:
+        [(rollout_id, attempt_id)] = await claim(store)
+        with agl.Tracer(store) as tracer:
+            async with tracer.rollout(rollout_id, attempt_id):
+                with tracer.otel_tracer.start_as_current_span("before"):
+                    pass
+                with tracer.otel_tracer.start_as_current_span("odd \udc80") as span:
+                    span.set_attribute("prompt", "hi \ud800")
+                    span.set_attribute("parts", ["\udfff", "fine"])
+                    span.add_event("seen \ud800", {"k\udc00": "v"})
+                with tracer.otel_tracer.start_as_current_span("after"):
+                    pass
+            assert tracer.sender.stats.rejected == 0
+        by_name = {span.name: span for span in await store.query_spans(rollout_id)}
+    assert set(by_name) == {"agl.rollout", "before", "odd \ufffd", "after"}
+    odd = by_name["odd \ufffd"]
+    assert odd.attributes["prompt"] == "hi \ufffd"
+    assert odd.attributes["parts"] == ["\ufffd", "fine"]
+    assert (odd.events[0].name, odd.events[0].attributes) == ("seen \ufffd", {"k\ufffd": "v"})

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from agl._errors import AglError, InvalidInputError, NotFoundError
 from agl._resources import LLM
@@ -43,6 +43,7 @@ from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths
 from agl.gateway._record import CallRecord
 from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
+from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.store._base import Store
 from agl.tracing._exporter import SpanSender
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from agl import semconv
 from agl._spans import Span, SpanKind, SpanStatus, StatusCode
+from agl._text import valid_json, valid_text
 from agl.openai_wire import WEIGHT_VERSION_HEADER
 
 __all__ = ["CallRecord"]
@@ -169,7 +170,7 @@ class CallRecord:
                 if isinstance(usage.get(source), int):
                     attributes[target] = usage[source]
         status = (
-            SpanStatus(code=StatusCode.ERROR, description=self.error)
+            SpanStatus(code=StatusCode.ERROR, description=valid_text(self.error))
             if self.error
             else SpanStatus(code=StatusCode.OK)
         )
@@ -177,7 +178,7 @@ class CallRecord:
             rollout_id=self.rollout_id,
             attempt_id=self.attempt_id,
             name=f"agl.gateway.{self.kind}",
-            attributes=attributes,
+            attributes=valid_json(attributes),  # a request may carry lone surrogates
             kind=SpanKind.SERVER,
             status=status,
             start_time_unix_nano=self.start_ns,

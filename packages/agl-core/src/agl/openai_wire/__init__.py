@@ -43,6 +43,7 @@ from agl.openai_wire._requests import (
     read_request,
     responses_messages,
 )
+from agl.openai_wire._response import WireJSONResponse
 
 __all__ = [
     "DONE",
@@ -52,6 +53,7 @@ __all__ = [
     "Logprob",
     "TokenLogprobs",
     "WireError",
+    "WireJSONResponse",
     "WireRequest",
     "chat_body",
     "chat_choice",

@@ -38,12 +38,12 @@ def encode(text: str) -> list[int]:
     next prompt has after that reply, so multi-turn prompts extend earlier prompt + response.
     """
     if _END_OF_TURN not in text:
-        return [byte + 3 for byte in text.encode()]
+        return [byte + 3 for byte in text.encode("utf-8", "surrogatepass")]
     ids: list[int] = []
     for index, piece in enumerate(text.split(_END_OF_TURN)):
         if index:
             ids.append(EOS_ID)
-        ids.extend(byte + 3 for byte in piece.encode())
+        ids.extend(byte + 3 for byte in piece.encode("utf-8", "surrogatepass"))
     return ids
 
 

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl._server_thread import ServerThread
@@ -78,6 +78,7 @@ from agl.openai_wire import (
     now,
     read_request,
 )
+from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.testing import _openai_bodies as bodies
 from agl.testing import _openai_wire as wire
 from agl.testing._openai_wire import (

@@ -10,6 +10,7 @@ from opentelemetry.trace import SpanKind as OtelSpanKind
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
 from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
+from agl._text import valid_json, valid_text
 from agl.tracing._conventions import normalize_attributes
 
 __all__ = ["to_agl_span"]
@@ -40,18 +41,20 @@ def to_agl_span(span: ReadableSpan, rollout_id: str, attempt_id: str) -> Span:
         trace_id=f"{context.trace_id:032x}",
         span_id=f"{context.span_id:016x}",
         parent_id=None if parent is None else f"{parent.span_id:016x}",
-        name=span.name,
+        name=valid_text(span.name),
         kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
         status=SpanStatus(
             code=_CODES.get(span.status.status_code, StatusCode.UNSET),
-            description=span.status.description,
+            description=None
+            if span.status.description is None
+            else valid_text(span.status.description),
         ),
         start_time_unix_nano=span.start_time or 0,
         end_time_unix_nano=span.end_time,
         attributes=normalize_attributes(_attributes(span.attributes)),
         events=[
             SpanEvent(
-                name=event.name,
+                name=valid_text(event.name),
                 time_unix_nano=event.timestamp or 0,
                 attributes=_attributes(event.attributes),
             )
@@ -70,10 +73,11 @@ def to_agl_span(span: ReadableSpan, rollout_id: str, attempt_id: str) -> Span:
 
 
 def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Copy OTel attributes into JSON values (OTel sequences are tuples)."""
+    """Copy OTel attributes into valid JSON values (OTel sequences are tuples; lone surrogates
+    become U+FFFD: :mod:`agl._text`)."""
     if not attributes:
         return {}
     return {
-        key: list(value) if isinstance(value, tuple | list) else value
+        valid_text(key): valid_json(list(value) if isinstance(value, tuple | list) else value)
         for key, value in attributes.items()
     }
