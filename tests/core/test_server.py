@@ -357,6 +357,7 @@ def test_rollouts_are_filtered_and_ordered_by_query_parameters(client: httpx.Cli
         ({"since": "yesterday"}, "since"),
         ({"order": "sideways"}, "order"),
         ({"limit": "0"}, "limit"),
+        ({"offset": str(2**63)}, "offset"),  # beyond any database's integers: not a 500
     ],
 )
 def test_bad_rollout_query_parameters_are_422_naming_the_field(
@@ -365,6 +366,39 @@ def test_bad_rollout_query_parameters_are_422_naming_the_field(
     response = client.get("/v1/rollouts", params=params)
     error = error_of(response, 422, "InvalidInputError", field=field)
     assert field in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (
+            "/v1/rollouts/enqueue",
+            b'{"requests": [{"input": "x"}, {"input": "y\\ud800"}]}',
+            "requests[1].input",
+        ),
+        (
+            "/v1/rollouts/enqueue",
+            b'{"requests": [{"input": {"a": ["ok", "\\udfff"]}}]}',
+            "requests[0].input.a[1]",
+        ),
+        (
+            "/v1/resources",
+            b'{"resources": {"p": {"type": "prompt_template", "template": "\\ud83d"}}}',
+            "resources.p.template",
+        ),
+    ],
+)
+def test_lone_surrogates_are_400_naming_the_field_and_store_nothing(
+    client: httpx.Client, path: str, body: bytes, field: str
+) -> None:
+    """JSON may escape a lone UTF-16 surrogate, which no database stores: refused, not a 500."""
+    total = client.get("/v1/rollouts", params={"limit": 1}).json()["total"]
+    latest = client.get("/v1/resources/latest")
+    response = client.post(path, content=body, headers={"content-type": "application/json"})
+    error = error_of(response, 400, "InvalidInputError", field=field)
+    assert "surrogate" in error["message"]
+    assert client.get("/v1/rollouts", params={"limit": 1}).json()["total"] == total
+    assert client.get("/v1/resources/latest").text == latest.text
 
 
 def test_resource_history_pages_newest_first(client: httpx.Client) -> None:

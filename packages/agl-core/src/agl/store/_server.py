@@ -59,6 +59,7 @@ from agl._rollouts import (
 )
 from agl._server_auth import BearerTokenMiddleware
 from agl._spans import Span
+from agl._text import lone_surrogate_at
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS
 from agl.store._engine import MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
@@ -79,8 +80,11 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 _JSON = "application/json"
 
+MAX_OFFSET = 2**63 - 1
+"""The largest offset a query takes (SQLite's and PostgreSQL's largest integer)."""
+
 _Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
-_Offset = Annotated[int, Query(ge=0)]
+_Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 # --- request and response bodies --------------------------------------------------------------
@@ -220,6 +224,7 @@ def create_app(
 
     @app.post("/v1/rollouts/enqueue", tags=["rollouts"])
     async def enqueue(body: EnqueueBody) -> RolloutsBody:
+        _refuse_lone_surrogates(body.model_dump(mode="json", exclude_defaults=True))
         return RolloutsBody(rollouts=await store.enqueue_rollouts(body.requests))
 
     @app.post("/v1/rollouts/dequeue", tags=["rollouts"])
@@ -317,6 +322,7 @@ def create_app(
 
     @app.post("/v1/resources", tags=["resources"])
     async def add_resources(body: ResourcesBody) -> ResourcesUpdate:
+        _refuse_lone_surrogates(body.model_dump(mode="json", exclude_defaults=True))
         parsed = _parse_resources({k: v.model_dump() for k, v in body.resources.items()})
         return await store.add_resources(parsed, body.resources_id)
 
@@ -423,6 +429,17 @@ class _PlainRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         endpoint: Callable[[Request], Coroutine[Any, Any, Response]] = self.endpoint
         return endpoint
+
+
+def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
+    """A 400 naming the field whose text holds a lone UTF-16 surrogate (``"\\ud800"`` in the
+    JSON), which no store can keep as it is (the spans' path replaces them instead)."""
+    if (field := lone_surrogate_at(body)) is not None:
+        raise MalformedBody(
+            f"{field}: the text holds a lone UTF-16 surrogate (such as \\ud800), which cannot "
+            "be stored; send valid Unicode",
+            field=field,
+        )
 
 
 def _parse(model: type[M], raw: bytes) -> M:
