@@ -386,17 +386,35 @@ def test_bad_rollout_query_parameters_are_422_naming_the_field(
             b'{"resources": {"p": {"type": "prompt_template", "template": "\\ud83d"}}}',
             "resources.p.template",
         ),
+        ("/v1/rollouts/enqueue", b'{"requests": [{"input": NaN}]}', "requests[0].input"),
+        (
+            "/v1/rollouts/enqueue",
+            b'{"requests": [{"input": 1, "config": {"timeout_seconds": Infinity}}]}',
+            "requests[0].config.timeout_seconds",
+        ),
+        (
+            "/v1/rollouts/enqueue",
+            b'{"requests": [{"input": 1, "metadata": {"x": [-Infinity]}}]}',
+            "requests[0].metadata.x[0]",
+        ),
+        (
+            "/v1/resources",
+            b'{"resources": {"llm": {"type": "llm", "endpoint": "http://x", "model": "m", '
+            b'"sampling_parameters": {"temperature": NaN}}}}',
+            "resources.llm.sampling_parameters.temperature",
+        ),
     ],
 )
-def test_lone_surrogates_are_400_naming_the_field_and_store_nothing(
+def test_unstorable_values_are_400_naming_the_field_and_store_nothing(
     client: httpx.Client, path: str, body: bytes, field: str
 ) -> None:
-    """JSON may escape a lone UTF-16 surrogate, which no database stores: refused, not a 500."""
+    """JSON may escape a lone UTF-16 surrogate or write NaN and Infinity, which no database
+    keeps as they are: refused (not a 500, nor a silent null)."""
     total = client.get("/v1/rollouts", params={"limit": 1}).json()["total"]
     latest = client.get("/v1/resources/latest")
     response = client.post(path, content=body, headers={"content-type": "application/json"})
     error = error_of(response, 400, "InvalidInputError", field=field)
-    assert "surrogate" in error["message"]
+    assert "surrogate" in error["message"] or "not a finite number" in error["message"]
     assert client.get("/v1/rollouts", params={"limit": 1}).json()["total"] == total
     assert client.get("/v1/resources/latest").text == latest.text
 

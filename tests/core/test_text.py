@@ -21,12 +21,3 @@ def test_json_values_are_fixed_in_strings_keys_and_nesting_only_where_needed() -
     assert fixed["ids"] is ids
     fixed_text = str(fixed)
     fixed_text.encode("utf-8")  # nothing left that UTF-8 refuses
-
-
-def test_the_first_lone_surrogate_is_found_by_its_path() -> None:
-    from agl._text import lone_surrogate_at
-
-    assert lone_surrogate_at({"a": [1, "ok", {"b": "fine"}]}) is None
-    assert lone_surrogate_at({"a": [1, "ok", {"b": "x\ud800"}]}) == "a[2].b"
-    assert lone_surrogate_at({"k\udc00": 1}) == "k\ufffd"
-    assert lone_surrogate_at(["\udfff"]) == "[0]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["lone_surrogate_at", "valid_json", "valid_text"]
+__all__ = ["valid_json", "valid_text"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -42,24 +42,3 @@ def valid_json(value: Any) -> Any:
         )
         return value if same else dict(pairs)
     return value
-
-
-def lone_surrogate_at(value: Any, path: str = "") -> str | None:
-    """The path (``a.b[2]``) of the first string or key in a JSON value that holds a lone
-    surrogate, or None: for servers that refuse such text rather than store it altered."""
-    if isinstance(value, str):
-        return None if valid_text(value) is value else path
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            if isinstance(item, str | list | dict) and (
-                found := lone_surrogate_at(item, f"{path}[{index}]")
-            ):
-                return found
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and valid_text(key) is not key:
-                return valid_text(where)
-            if found := lone_surrogate_at(item, where):
-                return found
-    return None

@@ -59,7 +59,6 @@ from agl._rollouts import (
 )
 from agl._server_auth import BearerTokenMiddleware
 from agl._spans import Span
-from agl._text import lone_surrogate_at
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import MAX_POLL_SECONDS
 from agl.store._engine import MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
@@ -71,6 +70,7 @@ from agl.store._server_errors import (
     unauthorized,
     validation_error,
 )
+from agl.store._storable import unstorable_at
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -224,7 +224,7 @@ def create_app(
 
     @app.post("/v1/rollouts/enqueue", tags=["rollouts"])
     async def enqueue(body: EnqueueBody) -> RolloutsBody:
-        _refuse_lone_surrogates(body.model_dump(mode="json", exclude_defaults=True))
+        _refuse_unstorable(body)
         return RolloutsBody(rollouts=await store.enqueue_rollouts(body.requests))
 
     @app.post("/v1/rollouts/dequeue", tags=["rollouts"])
@@ -322,7 +322,7 @@ def create_app(
 
     @app.post("/v1/resources", tags=["resources"])
     async def add_resources(body: ResourcesBody) -> ResourcesUpdate:
-        _refuse_lone_surrogates(body.model_dump(mode="json", exclude_defaults=True))
+        _refuse_unstorable(body)
         parsed = _parse_resources({k: v.model_dump() for k, v in body.resources.items()})
         return await store.add_resources(parsed, body.resources_id)
 
@@ -431,15 +431,12 @@ class _PlainRoute(APIRoute):
         return endpoint
 
 
-def _refuse_lone_surrogates(body: dict[str, Any]) -> None:
-    """A 400 naming the field whose text holds a lone UTF-16 surrogate (``"\\ud800"`` in the
-    JSON), which no store can keep as it is (the spans' path replaces them instead)."""
-    if (field := lone_surrogate_at(body)) is not None:
-        raise MalformedBody(
-            f"{field}: the text holds a lone UTF-16 surrogate (such as \\ud800), which cannot "
-            "be stored; send valid Unicode",
-            field=field,
-        )
+def _refuse_unstorable(body: BaseModel) -> None:
+    """A 400 naming the first field no store can keep as it is (:mod:`agl.store._storable`)."""
+    found = unstorable_at(body.model_dump(mode="python", exclude_defaults=True))
+    if found is not None:
+        field, problem = found
+        raise MalformedBody(f"{field}: {problem}, which cannot be stored", field=field)
 
 
 def _parse(model: type[M], raw: bytes) -> M:
