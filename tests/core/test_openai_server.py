@@ -584,3 +584,17 @@ def test_request_log(client: openai.OpenAI, server: OpenAIServer) -> None:
     server.clear_requests()
     assert server.requests == []
     assert server.url.endswith("/v1")
+
+
+def test_top_candidates_stop_at_the_printable_bytes_however_many_are_asked() -> None:
+    """Asking for more alternatives than there are (as a request past the wire's cap of 20
+    once could) returns every one there is, promptly, instead of spinning."""
+    from agl.testing._openai_wire import top_candidates
+
+    started = time.monotonic()
+    assert len(top_candidates(3, 80, 500)) == 95  # "M" sampled, and the other printable bytes
+    candidates = top_candidates(3, 3, 500)  # a NUL byte sampled, and all 95 printable bytes
+    assert time.monotonic() - started < 5
+    assert len({token for token, _ in candidates}) == len(candidates) == 96
+    logprobs = [logprob for _, logprob in candidates]
+    assert logprobs == sorted(logprobs, reverse=True)

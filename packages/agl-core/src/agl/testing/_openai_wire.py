@@ -235,13 +235,14 @@ def top_candidates(position: int, token_id: int, k: int) -> list[tuple[int, floa
     """The ``k`` most likely tokens at ``position``, best first; the sampled token is the best.
 
     Deterministic: logprobs come from a hash of (position, token), are <= 0 and strictly
-    decreasing; the alternatives are printable ASCII bytes other than the sampled token.
+    decreasing; the alternatives are printable ASCII bytes other than the sampled token, so at
+    most 96 come back whatever ``k`` is (the wire allows 20: ``MAX_TOP_LOGPROBS``).
     """
     best = -round(_unit(position, token_id) * 0.5, 6)
     out = [(token_id, best)]
     offset = int(_unit("alt", position, token_id) * 95)
     candidate = 0
-    while len(out) < k:
+    while len(out) < k and candidate < 95:  # 95 printable bytes: each is tried once
         alt = 32 + (offset + 37 * candidate) % 95 + 3
         candidate += 1
         if alt != token_id and all(alt != t for t, _ in out):
