@@ -945,3 +945,38 @@ def test_otlp_without_rollout_id_is_rejected_and_stores_nothing(
 def test_otlp_bad_data_is_400(client: httpx.Client, body: bytes, content_type: str) -> None:
     response = client.post("/v1/traces", content=body, headers={"content-type": content_type})
     error_of(response, 400, "InvalidInputError")
+
+
+def test_a_long_poll_whose_worker_hung_up_claims_nothing(server: StoreServer) -> None:
+    """A worker that closes its connection during a long-poll dequeue gets no rollout claimed
+    in its name: the rollout that arrives meanwhile goes to the next worker that asks."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(server.url)
+    body = json.dumps({"limit": 1, "worker_id": "gone", "wait": 3}).encode()
+    head = (
+        f"POST /v1/rollouts/dequeue HTTP/1.1\r\nhost: {address.netloc}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        with socket.create_connection((address.hostname, address.port), timeout=5) as gone:
+            gone.sendall(head + body)
+            time.sleep(0.5)  # the server holds the poll
+        # hung up; now a rollout arrives while the server still holds the departed poll
+        prefix = f"hung-up-{time.monotonic_ns()}"
+        enqueued = http.post("/v1/rollouts/enqueue", json={"requests": [{"input": prefix}]}).json()[
+            "rollouts"
+        ][0]
+        deadline = time.monotonic() + 10
+        claims: list[Any] = []
+        while not claims and time.monotonic() < deadline:
+            claims = http.post(
+                "/v1/rollouts/dequeue", json={"limit": 1, "worker_id": "here", "wait": 1}
+            ).json()["claims"]
+        assert [c["rollout"]["rollout_id"] for c in claims] == [enqueued["rollout_id"]]
+        assert claims[0]["attempt"]["worker_id"] == "here"
+        attempts = http.get(f"/v1/rollouts/{enqueued['rollout_id']}/attempts").json()["attempts"]
+        released = [a for a in attempts if a["worker_id"] == "gone"]
+        assert all(a["status"] == "released" for a in released), attempts
+        http.post(f"/v1/rollouts/{enqueued['rollout_id']}/cancel")

@@ -228,8 +228,18 @@ def create_app(
         return RolloutsBody(rollouts=await store.enqueue_rollouts(body.requests))
 
     @app.post("/v1/rollouts/dequeue", tags=["rollouts"])
-    async def dequeue(body: DequeueBody) -> ClaimsBody:
+    async def dequeue(body: DequeueBody, request: Request) -> ClaimsBody:
         claims = await store.dequeue_rollouts(body.limit, body.worker_id, body.wait)
+        if claims and await request.is_disconnected():
+            # The worker hung up during its long poll: nobody would run these. Put them back.
+            for claim in claims:
+                await store.update_attempt(
+                    claim.rollout.rollout_id,
+                    claim.attempt.attempt_id,
+                    status=AttemptStatus.RELEASED,
+                    reason="the worker's connection closed before its claim was answered",
+                )
+            return ClaimsBody(claims=[])
         return ClaimsBody(claims=claims)
 
     @app.post("/v1/rollouts/wait", tags=["rollouts"])
