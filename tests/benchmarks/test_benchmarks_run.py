@@ -51,6 +51,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ],
             "max_staleness=1: ",
         ),
+        (
+            "learning.py",
+            [
+                *("--seeds", "1", "--steps", "1", "--tasks-per-step", "2", "--samples", "2"),
+                *("--val", "2", "--warmup-epochs", "1", "--demos", "10", "--out", "{tmp}"),
+            ],
+            "| second-only |",
+        ),
+        (
+            "store_scale.py",
+            ["--rollouts", "3000", "--batch", "1000", "--spans", "3000", "--gets", "20"],
+            "while /v1/statistics counts 3,000 spans",
+        ),
     ],
     ids=[
         "store",
@@ -61,6 +74,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "postgres_cpu",
         "torch_loop",
         "async_loop",
+        "learning",
+        "store_scale",
     ],
 )
 def test_the_benchmark_runs_on_a_small_workload(

@@ -32,8 +32,9 @@ from agl._metric_rows import MetricsRow
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
+from agl.store._base import StoreStatistics
 from agl.store._sqlite_writer import Writer
-from agl.store._stateful import StatefulStore
+from agl.store._stateful import StatefulStore, statistics_from_counts
 from agl.store._tx import (
     RolloutFilter,
     SpanKey,
@@ -405,6 +406,14 @@ class _SQLiteTransaction:
         return counts
 
 
+def _counts(path: Path) -> dict[str, int]:
+    connection = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return _SQLiteTransaction(connection).counts()
+    finally:
+        connection.close()
+
+
 def _chunks(items: list[T], size: int) -> list[list[T]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
@@ -520,6 +529,13 @@ class SQLiteStore(StatefulStore):
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
         return await asyncio.wrap_future(self._writer.submit(operation))
+
+    async def statistics(self) -> StoreStatistics:
+        """Counted on a read-only connection of its own, off the writer thread: counting the
+        spans of a large store takes a while, and every other request would wait behind it."""
+        if self._closed:
+            raise StoreError(f"the store {self.url!r} is closed")
+        return statistics_from_counts(await asyncio.to_thread(_counts, self.path))
 
     async def close(self) -> None:
         if not self._closed:

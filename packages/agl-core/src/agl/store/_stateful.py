@@ -227,16 +227,7 @@ class StatefulStore(ClosingStore):
         return await self._run(lambda tx: tx.workers_all())
 
     async def statistics(self) -> StoreStatistics:
-        counts = await self._read(lambda tx: tx.counts())
-        by_status = {status: counts.get(f"rollouts.{status.value}", 0) for status in RolloutStatus}
-        return StoreStatistics(
-            rollouts=sum(by_status.values()),
-            rollouts_by_status=by_status,
-            attempts=counts.get("attempts", 0),
-            spans=counts.get("spans", 0),
-            resources=counts.get("resources", 0),
-            workers=counts.get("workers", 0),
-        )
+        return statistics_from_counts(await self._read(lambda tx: tx.counts()))
 
     # --- metrics ----------------------------------------------------------------------------
 
@@ -293,3 +284,16 @@ def _check_wait(value: float, field: str) -> None:
             field=field,
             value=value,
         )
+
+
+def statistics_from_counts(counts: dict[str, int]) -> StoreStatistics:
+    """:class:`StoreStatistics` from a transaction's :meth:`counts`."""
+    by_status = {status: counts.get(f"rollouts.{status.value}", 0) for status in RolloutStatus}
+    return StoreStatistics(
+        rollouts=sum(by_status.values()),
+        rollouts_by_status=by_status,
+        attempts=counts.get("attempts", 0),
+        spans=counts.get("spans", 0),
+        resources=counts.get("resources", 0),
+        workers=counts.get("workers", 0),
+    )
