@@ -980,3 +980,24 @@ def test_a_long_poll_whose_worker_hung_up_claims_nothing(server: StoreServer) ->
         released = [a for a in attempts if a["worker_id"] == "gone"]
         assert all(a["status"] == "released" for a in released), attempts
         http.post(f"/v1/rollouts/{enqueued['rollout_id']}/cancel")
+
+
+def test_an_enqueue_of_more_than_the_cap_is_422_and_the_client_splits_it() -> None:
+    from agl.store._checks import MAX_ENQUEUE
+    from agl.store._http import HttpStore
+
+    async def through_the_client(url: str) -> list[str]:
+        async with HttpStore(url) as store:
+            rollouts = await store.enqueue_rollouts(
+                [agl.RolloutRequest(input=i) for i in range(MAX_ENQUEUE + 5)]
+            )
+            return [str(r.input) for r in rollouts]
+
+    with StoreServer("memory://") as own, httpx.Client(base_url=own.url, timeout=60) as http:
+        body = {"requests": [{"input": i} for i in range(MAX_ENQUEUE + 1)]}
+        response = http.post("/v1/rollouts/enqueue", json=body)
+        error = error_of(response, 422, "InvalidInputError", field="requests")
+        assert f"{MAX_ENQUEUE}" in error["message"]
+        assert http.get("/v1/rollouts", params={"limit": 1}).json()["total"] == 0
+        assert asyncio.run(through_the_client(own.url)) == [str(i) for i in range(MAX_ENQUEUE + 5)]
+        assert http.get("/v1/rollouts", params={"limit": 1}).json()["total"] == MAX_ENQUEUE + 5

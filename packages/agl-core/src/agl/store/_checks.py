@@ -65,3 +65,9 @@ def redact(url: str) -> str:
         return url
     user = credentials.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+MAX_ENQUEUE = 10_000
+"""Rollouts one enqueue request to a store server may carry (:class:`~agl.store.HttpStore`
+splits larger calls): one request is one transaction, and a bigger one would hold every other
+request up while it is written."""

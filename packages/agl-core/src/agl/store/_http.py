@@ -38,7 +38,7 @@ from agl._rollouts import (
 )
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
-from agl.store._checks import as_list, as_resources
+from agl.store._checks import MAX_ENQUEUE, as_list, as_resources
 from agl.store._http_wire import (
     base_url,
     decode,
@@ -216,9 +216,13 @@ class HttpStore(ClosingStore):
             else request.model_copy(update={"rollout_id": new_id("ro")})
             for request in as_list(requests, "requests", RolloutRequest)
         ]
-        body = b'{"requests":' + _requests.dump_json(named, exclude_defaults=True) + b"}"
-        data = await self._request("POST", "/v1/rollouts/enqueue", content=body)
-        return _rollouts.validate_python(data["rollouts"])
+        rollouts: list[Rollout] = []
+        for first in range(0, len(named), MAX_ENQUEUE):  # the server takes so many a request
+            chunk = named[first : first + MAX_ENQUEUE]
+            body = b'{"requests":' + _requests.dump_json(chunk, exclude_defaults=True) + b"}"
+            data = await self._request("POST", "/v1/rollouts/enqueue", content=body)
+            rollouts += _rollouts.validate_python(data["rollouts"])
+        return rollouts
 
     async def dequeue_rollouts(
         self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0

@@ -60,7 +60,7 @@ from agl._rollouts import (
 from agl._server_auth import BearerTokenMiddleware
 from agl._spans import Span
 from agl.store._base import Store, StoreStatistics
-from agl.store._checks import MAX_POLL_SECONDS
+from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS
 from agl.store._engine import MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
 from agl.store._server_errors import (
     BodyLimitMiddleware,
@@ -95,7 +95,9 @@ class _Body(BaseModel):
 
 
 class EnqueueBody(_Body):
-    requests: list[RolloutRequest]
+    requests: list[RolloutRequest] = Field(
+        max_length=MAX_ENQUEUE, description=f"at most {MAX_ENQUEUE:,} rollouts a request"
+    )
 
 
 class RolloutsBody(_Body):
