@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -350,3 +350,31 @@ async def test_a_lone_surrogate_in_a_request_is_recorded_valid_and_recording_goe
     request = json.loads(str(first.attributes[semconv.AGL_REQUEST_JSON]))
     assert request["messages"][0]["content"] in ("hi \ufffd", "hi \udfff")  # escaped JSON text
     assert second.attributes[semconv.GEN_AI_RESPONSE_ID] == after.id
+
+
+async def test_a_body_over_the_limit_is_413_announced_or_streamed(
+    upstream: OpenAIServer, store: MemoryStore
+) -> None:
+    upstream.script = echo
+    [(rollout_id, attempt_id)] = await claim(store)
+    big = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 8000}]})
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for start in range(0, len(big), 1000):
+            yield big[start : start + 1000].encode()
+
+    with GatewayServer([upstream.url], store, max_body_bytes=4096) as gateway:
+        url = gateway.rollout_url(rollout_id, attempt_id) + "/chat/completions"
+        async with httpx.AsyncClient(timeout=30) as http:
+            for content in (big.encode(), chunked()):
+                answer = await http.post(
+                    url, content=content, headers={"content-type": "application/json"}
+                )
+                assert answer.status_code == 413, answer.text
+                assert answer.json()["error"]["type"] == "RequestTooLargeError"
+                assert "4096 bytes" in answer.json()["error"]["message"]
+        ok = client(gateway, rollout_id, attempt_id).chat.completions.create(
+            model="m", messages=MESSAGES
+        )
+        spans = await calls(gateway, store, rollout_id)
+    assert [s.attributes[semconv.GEN_AI_RESPONSE_ID] for s in spans] == [ok.id]

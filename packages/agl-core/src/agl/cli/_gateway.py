@@ -48,6 +48,9 @@ def gateway_serve(
             min=0.0, help="Longest wait, in seconds, before a recorded call is sent to the store."
         ),
     ] = 0.1,
+    max_body_mb: Annotated[
+        float, typer.Option(min=0.001, help="Largest request body, in MiB (413 beyond).")
+    ] = 64.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
@@ -81,6 +84,7 @@ def gateway_serve(
             token=token,
             enforce_resources=enforce_resources,
             upstream_api_key=upstream_api_key,
+            max_body_bytes=int(max_body_mb * 1024 * 1024),
             delay=send_delay,
         )
     except AglError as exc:

@@ -45,6 +45,7 @@ from agl.gateway._record import CallRecord
 from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
 from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.store._base import Store
+from agl.store._server_errors import BodyLimitMiddleware
 from agl.tracing._exporter import SpanSender
 
 __all__ = ["Gateway"]
@@ -76,6 +77,8 @@ class Gateway:
         token: Required of every request as ``Authorization: Bearer <token>``.
         flush_timeout: Longest wait of the flush route, in seconds.
         timeout: Seconds to wait for an upstream response (for a stream: between chunks).
+        max_body_bytes: A request body larger than this is refused with a 413, announced or
+            streamed, before it is read (64 MiB by default, as the store server's).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Gateway:
         token: str | None = None,
         flush_timeout: float = 30.0,
         timeout: float = 600.0,
+        max_body_bytes: int = 64 * 1024 * 1024,
         close_store: bool = False,
         **sender_options: Any,
     ) -> None:
@@ -101,6 +105,7 @@ class Gateway:
         self._api_key = upstream_api_key
         self._token = token or None
         self._flush_timeout = flush_timeout
+        self._max_body_bytes = max_body_bytes
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=timeout)
         # aiohttp, not httpx, upstream: httpcore's pool slows to ~100 requests/s at 64
         # concurrent connections on 2 cores, where aiohttp's keeps ~2,000.
@@ -143,6 +148,12 @@ class Gateway:
 
         if self._token:
             app.add_middleware(BearerTokenMiddleware, token=self._token, refusal=_unauthorized)
+        # outermost: a body over the limit is refused before anything reads it
+        app.add_middleware(
+            BodyLimitMiddleware,
+            max_body_bytes=self._max_body_bytes,
+            error=lambda message: error_body(413, message),
+        )
 
         @app.get("/health")
         async def health() -> dict[str, Any]:

@@ -128,16 +128,23 @@ def unauthorized(message: str) -> dict[str, Any]:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    """A 413 for a request body over ``max_body_bytes``, announced or streamed, before the app
+    reads past it. ``error`` builds the response body from the message (default: agl's)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        error: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
         self.app = app
         self.limit = max_body_bytes
-        self.too_large = {
-            "error": {
-                "type": "InvalidInputError",
-                "message": f"request body is larger than the server's limit of {self.limit} bytes",
-                "field": "body",
-            }
-        }
+        message = f"request body is larger than the server's limit of {self.limit} bytes"
+        self.too_large = (
+            error(message)
+            if error is not None
+            else {"error": {"type": "InvalidInputError", "message": message, "field": "body"}}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
