@@ -7,8 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/autogen_math/run.py \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    # train the solver with LightningRL (agl-torch), on a tiny model built in code
-    uv run --no-sync python examples/autogen_math/run.py --train --steps 3
+    # train the solver with LightningRL (agl-torch), on a tiny model built in code (~5 min)
+    uv run --no-sync python examples/autogen_math/run.py --train
 
 The agent (``math_agent.py``) is an AutoGen ``AssistantAgent`` named ``solver`` with a
 ``calculator`` ``FunctionTool``; the reward is whether its final message contains the right
@@ -17,12 +17,11 @@ every agent turn's span after the agent, and with agl's OpenAI instrumentation (
 recorded twice, counts once). ``Trainer.dev`` prints every rollout, then this script prints a
 table per agent: its LLM calls and the mean reward of the rollouts it took part in.
 
-``--train`` trains the solver with LightningRL on agl-torch's tiny model built in code, served
-through agl's gateway, and prints each step's calls and transitions per agent from the run's
-metrics. The tiny model starts from random weights, so its calls are noise and every reward is
-0: the run shows the machinery (token ids, attribution, the update), not learning. It keeps
-groups whose rewards are all equal (advantage 0) so that the transitions exist to look at; with
-a real model, leave :class:`agl.TransitionBuilder` at its default and drop them.
+``--train`` (``math_training.py``) warms agl-torch's tiny model up on a sloppy teacher's
+demonstrations, recorded in AutoGen's own requests, then trains the solver with LightningRL,
+served through agl's gateway; it prints each step's calls and transitions per agent from the
+run's metrics, and the validation reward before and after (the curve: ``reward.png`` in the
+run directory).
 """
 
 from __future__ import annotations
