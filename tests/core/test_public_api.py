@@ -54,6 +54,7 @@ FACADES = {
     "agl.gateway": {"Gateway", "GatewayServer"},
     "agl.openai_wire": {
         "DONE", "MAX_TOP_LOGPROBS", "Api", "Logprob", "TokenLogprobs", "WireError", "WireRequest",
+        "WireJSONResponse",
         "chat_body", "chat_choice", "chat_chunk", "chat_logprobs", "check_context",
         "completion_body", "completion_choice", "completion_chunk", "completion_logprobs",
         "content_text", "error_body", "error_type", "head", "model_list", "new_id", "now",

@@ -570,7 +570,6 @@ class Runner:
                     pass
                 else:
                     continue  # a new claim: recompute when the next beat is due
-            last = loop.time()
             running = [(task, claim) for task, claim in self._running.items() if not task.done()]
             results = await asyncio.gather(
                 *(
@@ -590,6 +589,9 @@ class Runner:
                     self.stats.store_errors += 1
                 elif isinstance(result, Exception):
                     logger.warning("heartbeat for %s failed: %s", claim.attempt.attempt_id, result)
+            # The next beat is an interval after this one ended: a beat held up by an unreachable
+            # store is not followed by another at once, which would race the agent's own report.
+            last = loop.time()
 
     def _install_signals(self) -> list[int]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
