@@ -223,12 +223,16 @@ def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path, recorded
     for batch in writer.batches:
         assert batch is not None
         drops = batch.report
-        assert drops.calls_seen == 4  # 2 questions x 2 samples, one writer call each
+        # 2 questions x 2 samples, one writer call each; CrewAI calls again after an empty
+        # reply ("Invalid response from LLM call"), which a random-weight model can give
+        assert drops.calls_seen >= 4
         # every call's spans joined with the gateway's on the response id, each counted once
         for note in ("joined_by_order", "gateway_only", "instrumented_only"):
             assert drops.notes[note] == 0, (note, drops.notes)
         assert drops.notes["other_agents_calls"] >= 4  # the researcher's, left out
-        assert len(batch) + drops.dropped_calls["empty_response"] == 4
+        assert len(batch) + drops.dropped_calls["empty_response"] == drops.calls_seen
+        # a call made again follows an empty reply
+        assert drops.dropped_calls["empty_response"] >= drops.calls_seen - 4
         assert len(batch) >= 1
         for transition in batch:
             assert transition.agent == "writer"
@@ -239,7 +243,9 @@ def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path, recorded
             assert any(task["question"] in prompt for task in tasks)
     rows = [row for row in read_metrics(run_dir) if "actor/updates" in row]
     assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
-    assert all(row["agents/writer/calls"] == 4 for row in rows)
+    assert [row["agents/writer/calls"] for row in rows] == [
+        b.report.calls_seen for b in writer.batches
+    ]
     assert all(row["agents/researcher/calls"] >= 4 for row in rows)
     assert [row["agents/writer/transitions"] for row in rows] == [len(b) for b in writer.batches]
     assert not any("agents/researcher/transitions" in row for row in rows)
