@@ -69,14 +69,10 @@ class ServerThread(abc.ABC):
         """Start serving; return :attr:`base_url` once the server accepts connections."""
         import uvicorn
 
-        config = uvicorn.Config(
-            self.create_app(),
-            host=self.host,
-            port=self.port,
-            log_level=self.log_level,
-            access_log=False,
-            timeout_keep_alive=75,
-            timeout_graceful_shutdown=5,
+        from agl._uvicorn import uvicorn_config
+
+        config = uvicorn_config(
+            self.create_app(), host=self.host, port=self.port, log_level=self.log_level
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -11,7 +11,15 @@ from rich.markup import escape
 
 from agl._errors import AglError
 
-__all__ = ["JsonOption", "StoreOption", "console", "fail", "print_json"]
+__all__ = [
+    "BodyTimeoutOption",
+    "HeaderTimeoutOption",
+    "JsonOption",
+    "StoreOption",
+    "console",
+    "fail",
+    "print_json",
+]
 
 console = Console(stderr=True, soft_wrap=True)
 """Messages and errors go to stderr; a message is never broken mid-path."""
@@ -25,6 +33,19 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+HeaderTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        min=0.001,
+        help="Seconds a request's headers may take to arrive, from its first byte (408 after).",
+    ),
+]
+BodyTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        min=0.001, help="Seconds that may pass between two reads of a request's body (408 after)."
+    ),
+]
 
 
 def fail(exc: AglError, code: int) -> NoReturn:

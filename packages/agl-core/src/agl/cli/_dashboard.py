@@ -40,8 +40,9 @@ def dashboard_command(
         console.print(
             f"[bold]agl dashboard[/] for [cyan]{store}[/] on http://{host}:{port}", soft_wrap=True
         )
-        uvicorn.run(
-            create_dashboard_app(store), host=host, port=port, log_level=log_level, access_log=False
-        )
+        from agl._uvicorn import uvicorn_config
+
+        app = create_dashboard_app(store)
+        uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level=log_level)).run()
     except AglError as exc:
         fail(exc, 2)

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from agl._errors import AglError, InvalidInputError
-from agl.cli._common import console, fail
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
+from agl.cli._common import BodyTimeoutOption, HeaderTimeoutOption, console, fail
 
 gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
 
@@ -51,6 +52,8 @@ def gateway_serve(
     max_body_mb: Annotated[
         float, typer.Option(min=0.001, help="Largest request body, in MiB (413 beyond).")
     ] = 64.0,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the OpenAI-compatible gateway that records every LLM call with its token ids."""
@@ -86,6 +89,8 @@ def gateway_serve(
             upstream_api_key=upstream_api_key,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             delay=send_delay,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
         )
     except AglError as exc:
         fail(exc, 2)

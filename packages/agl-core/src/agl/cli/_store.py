@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from agl._errors import AglError
-from agl.cli._common import console, fail
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
+from agl.cli._common import BodyTimeoutOption, HeaderTimeoutOption, console, fail
 
 store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 
@@ -30,6 +31,8 @@ def store_serve(
         ),
     ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB.")] = 64.0,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     dashboard: Annotated[
         bool, typer.Option(help="Serve the dashboard at / (read-only; behind the token).")
@@ -63,6 +66,8 @@ def store_serve(
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             log_level=log_level,
             dashboard=dashboard,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
         )
     except AglError as exc:
         fail(exc, 2)

@@ -7,6 +7,7 @@ from typing import Any
 
 from agl import _server_auth as server_auth
 from agl._server_thread import ServerThread
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, uvicorn_config
 from agl.gateway import _paths as paths
 from agl.gateway._app import Gateway
 from agl.store._base import Store
@@ -92,12 +93,23 @@ def serve(
     port: int = 4748,
     log_level: str = "info",
     token: str | None = None,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
     **options: Any,
 ) -> None:
-    """Serve the gateway until interrupted (refused beyond loopback without a ``token``)."""
+    """Serve the gateway until interrupted (refused beyond loopback without a ``token``);
+    ``header_timeout`` and ``body_timeout`` bound half-sent requests (:mod:`agl._uvicorn`)."""
     import uvicorn
 
     check_bind_address(host, token)
     opened = open_store(store) if isinstance(store, str) else store
     gateway = Gateway(upstreams, opened, close_store=True, token=token, **options)
-    uvicorn.run(gateway.app, host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn_config(
+        gateway.app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
+    uvicorn.Server(config).run()

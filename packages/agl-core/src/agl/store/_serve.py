@@ -10,6 +10,7 @@ from typing import Any
 
 from agl import _server_auth as server_auth
 from agl._server_thread import ServerThread
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, uvicorn_config
 from agl.store._base import Store
 from agl.store._open import open_store
 from agl.store._server import DEFAULT_MAX_BODY_BYTES, create_app
@@ -28,20 +29,6 @@ def check_bind_address(host: str, token: str | None) -> None:
     server_auth.check_bind_address(host, token, server="the store", token_env="AGL_STORE_TOKEN")
 
 
-def _uvicorn_config(app: Any, host: str, port: int, log_level: str) -> Any:
-    import uvicorn
-
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        timeout_keep_alive=75,
-        timeout_graceful_shutdown=5,
-    )
-
-
 def serve(
     db: str | Store,
     *,
@@ -51,10 +38,13 @@ def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     log_level: str = "info",
     dashboard: bool = True,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> None:
     """Serve the store at ``db`` (a URL of one of core's stores, or a store, which it closes at
     the end) until interrupted (SIGINT/SIGTERM stop it cleanly); with ``dashboard``, the
-    dashboard at ``/``."""
+    dashboard at ``/``. ``header_timeout`` and ``body_timeout`` bound half-sent requests
+    (:mod:`agl._uvicorn`)."""
     import uvicorn
 
     check_bind_address(host, token)
@@ -62,7 +52,15 @@ def serve(
     app = create_app(
         store, token=token, max_body_bytes=max_body_bytes, close_store=True, dashboard=dashboard
     )
-    uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
+    config = uvicorn_config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
+    uvicorn.Server(config).run()
 
 
 class StoreServer(ServerThread):
