@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+import types
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+import agl
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Span
 from agl._spans import new_span_id, new_trace_id
 
@@ -78,3 +83,34 @@ def test_a_rollout_id_no_url_can_address_is_refused_naming_why(rollout_id: str, 
     with pytest.raises(ValidationError, match=f"rollout_id .*{named}.*one URL path segment"):
         RolloutRequest(input=1, rollout_id=rollout_id)
     assert RolloutRequest(input=1, rollout_id="task-1.run:2@x~y").rollout_id == "task-1.run:2@x~y"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("url", ["memory://", "sqlite"])
+async def test_by_default_a_claim_nobody_beats_for_is_given_up_on(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that claimed a rollout and died (SIGKILL, a lost host, a dequeue whose client
+    hung up) no longer holds it ``running`` for ever: the default config has a limit."""
+    from agl.store import _stateful
+
+    assert RolloutConfig().unresponsive_seconds == 300
+    clock = types.SimpleNamespace(offset=0.0)
+    real = time.time
+    monkeypatch.setattr(
+        _stateful,
+        "time",
+        types.SimpleNamespace(time=lambda: real() + clock.offset, monotonic=time.monotonic),
+    )
+    url = url if url != "sqlite" else f"sqlite:///{tmp_path / 'agl.db'}"
+    async with agl.open_store(url) as store:
+        [rollout] = await store.enqueue_rollouts([RolloutRequest(input={"task": 1})])
+        [claim] = await store.dequeue_rollouts(1, worker_id="sigkilled")
+        clock.offset = 290.0
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.PREPARING
+        clock.offset = 310.0
+        [attempt] = await store.query_attempts(rollout.rollout_id)
+        assert attempt.attempt_id == claim.attempt.attempt_id
+        assert attempt.status == AttemptStatus.UNRESPONSIVE
+        assert attempt.reason == "no heartbeat for unresponsive_seconds=300"
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.FAILED

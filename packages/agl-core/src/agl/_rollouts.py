@@ -108,6 +108,10 @@ RETRYABLE_OUTCOMES = frozenset(
 )
 
 
+DEFAULT_UNRESPONSIVE_SECONDS = 300.0
+"""How long an attempt may go without a heartbeat by default (:class:`RolloutConfig`)."""
+
+
 class RolloutConfig(BaseModel):
     """How the store runs a rollout: time limits and retries."""
 
@@ -117,9 +121,12 @@ class RolloutConfig(BaseModel):
         default=None, gt=0, description="An attempt running longer than this is timed out."
     )
     unresponsive_seconds: float | None = Field(
-        default=None,
+        default=DEFAULT_UNRESPONSIVE_SECONDS,
         gt=0,
-        description="An attempt with no heartbeat for this long is marked unresponsive.",
+        description="An attempt with no heartbeat for this long is marked unresponsive (None: "
+        "never). Runners beat at least every 10 s, and at a third of this limit when it is "
+        "shorter; the default gives a rollout held by a runner that died (SIGKILL, a lost "
+        "host, a worker that hung up mid-claim) back to the store within 5 minutes.",
     )
     max_attempts: int = Field(default=1, ge=1, description="Tries in all, the first included.")
     retry_on: frozenset[AttemptStatus] = Field(
