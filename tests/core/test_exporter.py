@@ -64,7 +64,7 @@ async def test_spans_arriving_together_go_in_one_batch(store: MemoryStore) -> No
     sizes: list[int] = []
     add_spans = store.add_spans
 
-    async def recording(spans: Sequence[Span]) -> list[Span]:
+    async def recording(spans: Sequence[Span]) -> list[int]:
         sizes.append(len(spans))
         return await add_spans(spans)
 
@@ -84,7 +84,7 @@ async def test_spans_arriving_together_go_in_one_batch(store: MemoryStore) -> No
 class _Exploding(MemoryStore):
     """A store whose client fails, with an error no store raises, on spans named 'bad'."""
 
-    async def add_spans(self, spans: Sequence[Span]) -> list[Span]:
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
         if any(span.name == "bad" for span in spans):
             raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
         return await super().add_spans(spans)
@@ -104,3 +104,26 @@ async def test_the_sender_survives_a_span_its_store_cannot_take() -> None:
         assert [span.name for span in await store.query_spans(rollout_id)] == ["good"]
         assert sender.stats.rejected == 1
         assert "UnicodeEncodeError" in (sender.stats.last_error or "")
+
+
+async def test_a_span_naming_an_unknown_rollout_no_longer_loses_its_batch(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    rollout_id, attempt_id = await attempt_of(store)
+    sender = SpanSender(store, delay=5.0)
+    try:
+        for index in range(100):
+            if index == 30:
+                sender.submit(Span.create(rollout_id="ro-gone", attempt_id="at-1", name="late"))
+            sender.submit(
+                Span.create(rollout_id=rollout_id, attempt_id=attempt_id, name=f"{index}")
+            )
+        assert await asyncio.to_thread(sender.flush, 10)  # one batch of 101
+    finally:
+        await asyncio.to_thread(sender.close)
+    assert len(await store.query_spans(rollout_id)) == 100
+    assert (sender.stats.exported, sender.stats.rejected) == (100, 1)
+    assert sender.stats.last_error == (
+        "spans[30] names rollout 'ro-gone', which the store does not hold"
+    )
+    assert "agl store refused 1 of 101 spans (the rest are stored): spans[30]" in caplog.text

@@ -853,6 +853,23 @@ def test_otlp_protobuf_and_json_payloads_are_stored(client: httpx.Client) -> Non
     assert stored_spans(client, rollout_id) == spans
 
 
+def test_otlp_spans_of_an_unknown_rollout_are_a_partial_success(client: httpx.Client) -> None:
+    """OTLP/HTTP: the good spans are stored, the refused ones counted in ``partial_success``."""
+    rollout_id, attempt_id = claim(client)
+    good = record_sdk_spans({AGL_ROLLOUT_ID: rollout_id, AGL_ATTEMPT_ID: attempt_id}, ["a", "b"])
+    gone = record_sdk_spans({AGL_ROLLOUT_ID: "ro-gone", AGL_ATTEMPT_ID: "at-gone"}, ["c"])
+    response = client.post(
+        "/v1/traces",
+        content=encode_spans(good + gone).SerializeToString(),
+        headers={"content-type": "application/x-protobuf"},
+    )
+    assert response.status_code == 200, response.text
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == len(gone)
+    assert "names rollout 'ro-gone', which the store does not hold" in partial.error_message
+    assert [span["name"] for span in stored_spans(client, rollout_id)] == [s.name for s in good]
+
+
 def span_processor(kind: str, exporter: OTLPSpanExporter) -> SpanProcessor:
     if kind == "batch":
         return BatchSpanProcessor(exporter, schedule_delay_millis=50)

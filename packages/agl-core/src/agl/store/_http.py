@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
 
-from agl._errors import StoreError, StoreUnavailableError
+from agl._errors import AglError, StoreError, StoreUnavailableError
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -40,6 +40,7 @@ from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_ENQUEUE, as_list, as_resources
 from agl.store._http_wire import (
+    BodyTooLargeError,
     base_url,
     decode,
     never_sent,
@@ -48,6 +49,7 @@ from agl.store._http_wire import (
     ssl_context,
     starting_at,
 )
+from agl.store._span_batches import byte_chunks, renumbered
 
 if TYPE_CHECKING:
     import aiohttp
@@ -60,6 +62,7 @@ _rollouts = TypeAdapter(list[Rollout])
 _claims = TypeAdapter(list[Claim])
 _attempts = TypeAdapter(list[Attempt])
 _spans = TypeAdapter(list[Span])
+_span = TypeAdapter(Span)
 _workers = TypeAdapter(list[Worker])
 _ints = TypeAdapter(list[int])
 _strs = TypeAdapter(list[str])
@@ -68,6 +71,9 @@ _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
 _JSON_CONTENT = {"content-type": "application/json"}
+
+MAX_SPAN_BYTES = 8 * 1024 * 1024
+"""The largest request of spans :class:`HttpStore` sends by default."""
 
 
 class HttpStore(ClosingStore):
@@ -84,6 +90,8 @@ class HttpStore(ClosingStore):
             ``AGL_STORE_TOKEN`` environment variable.
         timeout: Seconds to wait for an ordinary request (long polls add their own wait).
         retries: How many times to retry a request that failed in transport.
+        max_span_bytes: The largest request of spans: a bigger batch goes in several (8 MiB
+            by default; the server takes 64 MiB unless started with less).
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class HttpStore(ClosingStore):
         token: str | None = None,
         timeout: float = 30.0,
         retries: int = 5,
+        max_span_bytes: int = MAX_SPAN_BYTES,
     ) -> None:
         self._bases = [base_url(one.strip(), url) for one in url.split(",")]
         self._current = 0
@@ -100,6 +109,7 @@ class HttpStore(ClosingStore):
         self._token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
         self._timeout = timeout
         self._retries = retries
+        self._max_span_bytes = max_span_bytes
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._closed = False
 
@@ -320,11 +330,54 @@ class HttpStore(ClosingStore):
     # --- spans ------------------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        """Send the batch in requests of at most ``max_span_bytes`` (a request the server finds
+        too large is halved). An error in one request leaves the earlier ones stored; sending
+        the batch again is harmless, as a span already stored keeps its sequence id."""
         spans = as_list(spans, "spans", Span)
         if not spans:
             return []
-        body = b'{"spans":' + _spans.dump_json(spans, exclude_defaults=True) + b"}"
-        data = await self._request("POST", "/v1/spans", content=body)
+        whole = _spans.dump_json(spans, exclude_defaults=True)
+        if len(whole) <= self._max_span_bytes:
+            try:
+                return await self._post_spans(b'{"spans":' + whole + b"}", len(spans), 0)
+            except BodyTooLargeError:
+                if len(spans) == 1:
+                    raise
+                # the server takes less than this client's cut: send it in parts
+        encoded = [_span.dump_json(span, exclude_defaults=True) for span in spans]
+        ids: list[int] = []
+        for start, end in byte_chunks(encoded, self._max_span_bytes):
+            ids += await self._send_spans(encoded, start, end)
+        return ids
+
+    async def _send_spans(self, encoded: list[bytes], start: int, end: int) -> list[int]:
+        body = b'{"spans":[' + b",".join(encoded[start:end]) + b"]}"
+        try:
+            return await self._post_spans(body, end - start, start)
+        except BodyTooLargeError:
+            if end - start == 1:
+                raise
+            middle = (start + end) // 2
+            first = await self._send_spans(encoded, start, middle)
+            return first + await self._send_spans(encoded, middle, end)
+
+    async def _post_spans(self, body: bytes, count: int, offset: int) -> list[int]:
+        """POST one request of ``count`` spans, the first being ``spans[offset]`` of the
+        caller's batch (the index an error names)."""
+        try:
+            data = await self._request("POST", "/v1/spans", content=body)
+        except BodyTooLargeError as exc:
+            if count > 1:
+                raise
+            raise BodyTooLargeError(
+                f"spans[{offset}] is {len(body) - 12} bytes as JSON, more than the store server "
+                f"takes in one request ({exc.message})",
+                field=f"spans[{offset}]",
+            ) from exc
+        except AglError as exc:
+            if offset:
+                raise renumbered(exc, offset) from exc
+            raise
         return _ints.validate_python(data["sequence_ids"])
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:

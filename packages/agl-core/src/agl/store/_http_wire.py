@@ -12,6 +12,7 @@ from agl._errors import ERRORS_BY_NAME, AglError, InvalidInputError, StoreError
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS
 
 __all__ = [
+    "BodyTooLargeError",
     "base_url",
     "decode",
     "never_sent",
@@ -63,6 +64,11 @@ def never_sent(exc: Exception) -> bool | None:
     return None
 
 
+class BodyTooLargeError(InvalidInputError):
+    """The server refused a request body over its limit (413): sent in smaller parts, it may
+    pass."""
+
+
 def decode(status: int, body: bytes) -> Any:
     """Return the JSON body of a success, or raise the error the server described."""
     try:
@@ -78,6 +84,8 @@ def decode(status: int, body: bytes) -> Any:
             f"{body.decode(errors='replace')[:200]!r}"
         )
     cls: type[AglError] = ERRORS_BY_NAME.get(str(info.get("type")), StoreError)
+    if status == 413:
+        cls = BodyTooLargeError
     raise cls(str(info.get("message")), field=info.get("field"), value=info.get("value"))
 
 

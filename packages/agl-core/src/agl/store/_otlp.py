@@ -73,11 +73,16 @@ def decode_traces(body: bytes, content_type: str) -> list[Span]:
     return spans
 
 
-def encode_response(content_type: str) -> tuple[bytes, str]:
-    """Encode an empty (fully successful) export response in the encoding of the request.
+def encode_response(
+    content_type: str, rejected_spans: int = 0, error_message: str = ""
+) -> tuple[bytes, str]:
+    """Encode an export response in the encoding of the request: empty when every span was
+    stored, else with OTLP's ``partial_success`` (how many spans were refused, and why).
 
     Args:
         content_type: The request's ``Content-Type``.
+        rejected_spans: Spans of the request the store refused.
+        error_message: Why, for the sender's log.
 
     Returns:
         The response body and the media type to send it with.
@@ -91,6 +96,9 @@ def encode_response(content_type: str) -> tuple[bytes, str]:
     )
 
     response = ExportTraceServiceResponse()
+    if rejected_spans:
+        response.partial_success.rejected_spans = rejected_spans
+        response.partial_success.error_message = error_message
     if _media_type(content_type) == JSON:
         return json_format.MessageToJson(response, indent=None).encode(), JSON
     return response.SerializeToString(), PROTOBUF

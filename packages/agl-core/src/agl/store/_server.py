@@ -70,6 +70,7 @@ from agl.store._server_errors import (
     unauthorized,
     validation_error,
 )
+from agl.store._span_batches import add_spans_keeping_good
 from agl.store._storable import unstorable_at
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
@@ -382,12 +383,14 @@ def create_app(
         try:
             body = otlp.decode_body(await request.body(), encoding, max_body_bytes)
             spans = otlp.decode_traces(body, content_type)
-            if spans:
-                await store.add_spans(spans)
         except (InvalidInputError, NotFoundError) as exc:
             # OTLP/HTTP says bad data is a 400 (and that senders must not retry it).
             raise MalformedBody(exc.message, field=exc.field, value=exc.value) from None
-        content, media_type = otlp.encode_response(content_type)
+        # The good spans are stored; the others are counted in OTLP's partial success.
+        outcome = await add_spans_keeping_good(store, spans)
+        content, media_type = otlp.encode_response(
+            content_type, len(outcome.rejected), outcome.refusals()
+        )
         return Response(content=content, media_type=media_type)
 
     _finish(app, store, token=token, max_body_bytes=max_body_bytes, dashboard=dashboard)

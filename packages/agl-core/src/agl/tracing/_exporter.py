@@ -3,10 +3,12 @@
 The agent's code never waits for the store: a finished span is put in a bounded buffer and a
 sender thread ships batches with :meth:`~agl.store.Store.add_spans`. While the store is
 unreachable the sender keeps the spans and retries with backoff; if the buffer fills, the oldest
-spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A batch the
-store refuses as invalid (an unknown rollout, say) is dropped and counted as rejected, never
-retried forever. Any other error while sending (a span the store's client cannot serialize,
-say) is counted the same way: the sender thread never dies of one bad span.
+spans are dropped, and every drop is counted in :attr:`SpanSender.stats` and logged. A span
+the store refuses as invalid (one naming an unknown rollout, say) is dropped, logged with its
+reason and counted as rejected, never retried forever; the good spans sent with it are stored
+(:func:`~agl.store._span_batches.add_spans_keeping_good`). Any other error while sending (a
+span the store's client cannot serialize, say) is counted as rejected too: the sender thread
+never dies of one bad span.
 
 A span waits at most ``delay`` seconds (100 ms by default) before it is sent, with nothing
 calling :meth:`SpanSender.flush`: the first span put in an empty buffer wakes the sender, which
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from agl._errors import AglError, StoreUnavailableError
 from agl._spans import Span
 from agl.store._base import Store
+from agl.store._span_batches import add_spans_keeping_good
 
 __all__ = ["SenderStats", "SpanSender"]
 
@@ -251,7 +254,7 @@ class SpanSender:
         """Send one batch, retrying while the store is unreachable; then settle it."""
         while True:
             try:
-                await self._store.add_spans(batch)
+                outcome = await add_spans_keeping_good(self._store, batch)
             except StoreUnavailableError as exc:
                 self.stats.retries += 1
                 self.stats.last_error = str(exc)
@@ -268,8 +271,17 @@ class SpanSender:
                 self.stats.last_error = str(exc)
                 logger.error("agl store refused %d spans: %s", len(batch), exc)
             else:
-                self.stats.exported += len(batch)
+                self.stats.exported += outcome.stored
                 self._backoff = 0.05
+                if outcome.rejected:
+                    self.stats.rejected += len(outcome.rejected)
+                    self.stats.last_error = outcome.rejected[0].message
+                    logger.error(
+                        "agl store refused %d of %d spans (the rest are stored): %s",
+                        len(outcome.rejected),
+                        len(batch),
+                        outcome.refusals(),
+                    )
             break
         self._settle(len(batch))
 
