@@ -164,8 +164,21 @@ class Store(Protocol):
         """
         ...
 
-    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
-        """Return a rollout's spans (all attempts, or one) in sequence order."""
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | None = None,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> list[Span]:
+        """Return a rollout's spans (all attempts, or one) in sequence order: those whose
+        ``sequence_id`` is above ``after``, at most ``limit`` of them (all by default).
+
+        A long trace reads in pages: pass the last span's ``sequence_id`` as the next
+        ``after``. Raises :class:`~agl.InvalidInputError` for a negative ``after`` or a
+        ``limit`` below 1.
+        """
         ...
 
     async def add_resources(

@@ -67,6 +67,11 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+SPAN_PAGE_SIZE = 1_000
+"""Spans per answer of a store server's span query at most (and by default): a rollout's trace
+of any length is read in pages (:class:`~agl.store.HttpStore` reads them all), so the server
+never holds all of it at once."""
+
 MAX_ENQUEUE = 10_000
 """Rollouts one enqueue request to a store server may carry (:class:`~agl.store.HttpStore`
 splits larger calls): one request is one transaction, and a bigger one would hold every other

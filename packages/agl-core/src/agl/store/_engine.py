@@ -29,6 +29,8 @@ from agl._spans import Span
 from agl.store._tx import RolloutFilter, SpanKey, Transaction
 
 MAX_PAGE_SIZE = 10_000
+MAX_OFFSET = 2**63 - 1
+"""The largest offset or sequence id a query takes (a signed 64-bit integer, as databases keep)."""
 HEARTBEAT_REFRESH_SECONDS = 0.1
 
 
@@ -257,13 +259,33 @@ def add_spans(tx: Transaction, spans: Sequence[Span], now: float) -> list[int]:
     return [known[key] for key in keys]
 
 
-def query_spans(tx: Transaction, rollout_id: str, attempt_id: str | None) -> list[Span]:
-    """Return a rollout's spans (of one attempt, or all) in sequence order."""
+def query_spans(
+    tx: Transaction,
+    rollout_id: str,
+    attempt_id: str | None,
+    *,
+    after: int = 0,
+    limit: int | None = None,
+) -> list[Span]:
+    """Return a rollout's spans (of one attempt, or all) in sequence order, those with a
+    ``sequence_id`` above ``after``, at most ``limit`` of them."""
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_OFFSET:
+        raise InvalidInputError(
+            f"after must be a whole number from 0 to {MAX_OFFSET}, got {after!r}",
+            field="after",
+            value=after,
+        )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidInputError(
+            f"limit must be a whole number >= 1 (or None: all), got {limit!r}",
+            field="limit",
+            value=limit,
+        )
     if attempt_id is not None:
         _get_attempt(tx, rollout_id, attempt_id)
     else:
         get_rollout(tx, rollout_id)
-    return tx.spans_query(rollout_id, attempt_id)
+    return tx.spans_query(rollout_id, attempt_id, after, limit)
 
 
 def get_rollout(tx: Transaction, rollout_id: str) -> Rollout:

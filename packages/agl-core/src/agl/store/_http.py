@@ -38,7 +38,7 @@ from agl._rollouts import (
 )
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
-from agl.store._checks import MAX_ENQUEUE, as_list, as_resources
+from agl.store._checks import MAX_ENQUEUE, SPAN_PAGE_SIZE, as_list, as_resources
 from agl.store._http_wire import (
     BodyTooLargeError,
     base_url,
@@ -380,12 +380,29 @@ class HttpStore(ClosingStore):
             raise
         return _ints.validate_python(data["sequence_ids"])
 
-    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
-        params = {} if attempt_id is None else {"attempt_id": attempt_id}
-        data = await self._request(
-            "GET", f"/v1/rollouts/{path_segment(rollout_id)}/spans", params=params
-        )
-        return _spans.validate_python(data["spans"])
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | None = None,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> list[Span]:
+        """Read the server's pages (at most 1,000 spans each) until ``limit`` or the end."""
+        path = f"/v1/rollouts/{path_segment(rollout_id)}/spans"
+        spans: list[Span] = []
+        cursor: Any = after
+        while True:
+            params: dict[str, Any] = {"after": cursor}
+            if attempt_id is not None:
+                params["attempt_id"] = attempt_id
+            if limit is not None:
+                params["limit"] = min(limit - len(spans), SPAN_PAGE_SIZE) if limit >= 1 else limit
+            data = await self._request("GET", path, params=params)
+            spans += _spans.validate_python(data["spans"])
+            cursor = data.get("next_after")
+            if cursor is None or (limit is not None and len(spans) >= limit):
+                return spans
 
     # --- resources and workers --------------------------------------------------------------
 

@@ -6,6 +6,8 @@ loops. Objects handed out are copies: changing them does not change the store.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
@@ -145,13 +147,19 @@ class _MemoryTransaction:
             key = (span.rollout_id, span.attempt_id, span.trace_id, span.span_id)
             self.span_index[key] = sequence_id
 
-    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
+    def spans_query(
+        self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
+    ) -> list[Span]:
         # Stored in sequence order already (ids are assigned on append); spans are frozen, so
         # readers share the stored instances.
         spans = self.spans.get(rollout_id, [])
-        if attempt_id is None:
-            return list(spans)
-        return [span for span in spans if span.attempt_id == attempt_id]
+        start = bisect.bisect_right(spans, after, key=lambda span: span.sequence_id or 0)
+        chosen = (
+            spans[start:]
+            if attempt_id is None
+            else (span for span in spans[start:] if span.attempt_id == attempt_id)
+        )
+        return list(itertools.islice(chosen, limit))
 
     # resources
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None:

@@ -283,11 +283,14 @@ class PostgresTransaction:
             for span, sequence_id in spans:
                 copy.write_row(span_row(span, sequence_id))
 
-    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
+    def spans_query(
+        self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
+    ) -> list[Span]:
         rows = self.db.execute(
             "SELECT data FROM agl_spans WHERE rollout_id = %s "
-            "AND (%s::text IS NULL OR attempt_id = %s::text) ORDER BY sequence_id",
-            (rollout_id, attempt_id, attempt_id),
+            "AND (%s::text IS NULL OR attempt_id = %s::text) AND sequence_id > %s "
+            "ORDER BY sequence_id LIMIT %s",  # LIMIT NULL: no limit
+            (rollout_id, attempt_id, attempt_id, after, limit),
         ).fetchall()
         return spans_of_rows(row[0] for row in rows)
 

@@ -60,8 +60,8 @@ from agl._rollouts import (
 from agl._server_auth import BearerTokenMiddleware
 from agl._spans import Span
 from agl.store._base import Store, StoreStatistics
-from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS
-from agl.store._engine import MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
+from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS, SPAN_PAGE_SIZE
+from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
 from agl.store._server_errors import (
     BodyLimitMiddleware,
     MalformedBody,
@@ -81,8 +81,6 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 _JSON = "application/json"
 
-MAX_OFFSET = 2**63 - 1
-"""The largest offset a query takes (SQLite's and PostgreSQL's largest integer)."""
 
 _Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
 _Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
@@ -138,6 +136,13 @@ class AttemptsBody(_Body):
 
 class SpansBody(_Body):
     spans: list[Span]
+
+
+class SpansPage(_Body):
+    spans: list[Span]
+    next_after: int | None = Field(
+        description="Pass as `after` for the next page; null when this page is the last."
+    )
 
 
 class SequenceIdsBody(_Body):
@@ -330,8 +335,17 @@ def create_app(
     )
 
     @app.get("/v1/rollouts/{rollout_id}/spans", tags=["spans"])
-    async def query_spans(rollout_id: str, attempt_id: str | None = None) -> SpansBody:
-        return SpansBody(spans=await store.query_spans(rollout_id, attempt_id))
+    async def query_spans(
+        rollout_id: str,
+        attempt_id: str | None = None,
+        after: Annotated[
+            int, Query(ge=0, le=MAX_OFFSET, description="Spans with a sequence_id above this.")
+        ] = 0,
+        limit: Annotated[int, Query(ge=1, le=SPAN_PAGE_SIZE)] = SPAN_PAGE_SIZE,
+    ) -> SpansPage:
+        spans = await store.query_spans(rollout_id, attempt_id, after=after, limit=limit)
+        last = spans[-1].sequence_id if len(spans) == limit else None
+        return SpansPage(spans=spans, next_after=last)
 
     @app.post("/v1/resources", tags=["resources"])
     async def add_resources(body: ResourcesBody) -> ResourcesUpdate:
@@ -394,7 +408,25 @@ def create_app(
         return Response(content=content, media_type=media_type)
 
     _finish(app, store, token=token, max_body_bytes=max_body_bytes, dashboard=dashboard)
+    _document(app, SpansBody)  # the span route's body, which no route model names
     return app
+
+
+def _document(app: FastAPI, *models: type[BaseModel]) -> None:
+    """Add ``models`` to the OpenAPI document's schemas (once, when it is first built)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = build()["components"]["schemas"]
+            for model in models:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                for name, sub in schema.pop("$defs", {}).items():
+                    schemas.setdefault(name, sub)
+                schemas.setdefault(model.__name__, schema)
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _finish(

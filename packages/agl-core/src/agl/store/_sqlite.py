@@ -318,16 +318,21 @@ class _SQLiteTransaction:
             [span_row(span, sequence_id) for span, sequence_id in spans],
         )
 
-    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]:
+    def spans_query(
+        self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
+    ) -> list[Span]:
+        count = -1 if limit is None else limit  # SQLite: a negative LIMIT is none
         if attempt_id is None:
             rows = self.db.execute(
-                "SELECT data FROM spans WHERE rollout_id = ? ORDER BY sequence_id", (rollout_id,)
+                "SELECT data FROM spans WHERE rollout_id = ? AND sequence_id > ? "
+                "ORDER BY sequence_id LIMIT ?",
+                (rollout_id, after, count),
             ).fetchall()
         else:
             rows = self.db.execute(
                 "SELECT data FROM spans WHERE rollout_id = ? AND attempt_id = ? "
-                "ORDER BY sequence_id",
-                (rollout_id, attempt_id),
+                "AND sequence_id > ? ORDER BY sequence_id LIMIT ?",
+                (rollout_id, attempt_id, after, count),
             ).fetchall()
         return spans_of_rows(row[0] for row in rows)
 

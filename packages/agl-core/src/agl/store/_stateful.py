@@ -204,8 +204,17 @@ class StatefulStore(ClosingStore):
             return []
         return await self._run(lambda tx: engine.add_spans(tx, spans, time.time()))
 
-    async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
-        return await self._run(lambda tx: engine.query_spans(tx, rollout_id, attempt_id))
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | None = None,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+    ) -> list[Span]:
+        return await self._run(
+            lambda tx: engine.query_spans(tx, rollout_id, attempt_id, after=after, limit=limit)
+        )
 
     # --- resources and workers --------------------------------------------------------------
 

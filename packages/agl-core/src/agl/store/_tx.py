@@ -102,7 +102,12 @@ class Transaction(Protocol):
         """Store new spans, each with the sequence id it was given."""
         ...
 
-    def spans_query(self, rollout_id: str, attempt_id: str | None) -> list[Span]: ...
+    def spans_query(
+        self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
+    ) -> list[Span]:
+        """A rollout's spans (of one attempt, or all) with ``sequence_id > after``, in order,
+        at most ``limit`` (all when None)."""
+        ...
 
     # resources
     def resources_get(self, resources_id: str) -> ResourcesUpdate | None: ...

@@ -679,6 +679,44 @@ class StoreConformance:
         with pytest.raises(NotFoundError):
             await store.query_spans(rollout_id, "at-unknown")
 
+    async def test_spans_read_in_pages(self, store: Store) -> None:
+        """``after`` and ``limit`` read a long trace in pages, over all attempts or one;
+        the store server answers 1,000 spans at most per request, which its client follows."""
+        config = RolloutConfig(max_attempts=2)
+        [first] = await _claim(store, RolloutRequest(input=1, config=config))
+        rollout_id = first.rollout.rollout_id
+        await store.add_spans([_span(first, f"a{i}") for i in range(1200)])
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.FAILED
+        )
+        [second] = await store.dequeue_rollouts()
+        await store.add_spans([_span(second, f"b{i}") for i in range(5)])
+        whole = await store.query_spans(rollout_id)
+        assert [s.sequence_id for s in whole] == list(range(1, 1206))
+        page = await store.query_spans(rollout_id, after=1195, limit=4)
+        assert [(s.name, s.sequence_id) for s in page] == [
+            ("a1195", 1196),
+            ("a1196", 1197),
+            ("a1197", 1198),
+            ("a1198", 1199),
+        ]
+        paged: list[Span] = []
+        while batch := await store.query_spans(
+            rollout_id, after=paged[-1].sequence_id or 0 if paged else 0, limit=500
+        ):
+            paged += batch
+        assert paged == whole
+        assert len(await store.query_spans(rollout_id, limit=1100)) == 1100
+        mine = await store.query_spans(rollout_id, second.attempt.attempt_id, after=1202)
+        assert [s.name for s in mine] == ["b2", "b3", "b4"]
+        assert await store.query_spans(rollout_id, after=1205) == []
+        with pytest.raises(InvalidInputError) as caught:
+            await store.query_spans(rollout_id, after=-1)
+        assert caught.value.field == "after"
+        with pytest.raises(InvalidInputError) as caught:
+            await store.query_spans(rollout_id, limit=0)
+        assert caught.value.field == "limit"
+
     async def test_add_spans_rejects_what_is_not_a_span_list(self, store: Store) -> None:
         with pytest.raises(InvalidInputError):
             await store.add_spans("not a list")  # type: ignore[arg-type]
