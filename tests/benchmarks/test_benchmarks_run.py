@@ -64,6 +64,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ["--rollouts", "3000", "--batch", "1000", "--spans", "3000", "--gets", "20"],
             "while /v1/statistics counts 3,000 spans",
         ),
+        (
+            "store_memory.py",
+            ["--otlp-mb", "1", "--otlp-spans", "2000", "--spans", "2000"],
+            "reading one rollout's 2,000 spans",
+        ),
     ],
     ids=[
         "store",
@@ -76,6 +81,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "async_loop",
         "learning",
         "store_scale",
+        "store_memory",
     ],
 )
 def test_the_benchmark_runs_on_a_small_workload(

@@ -30,7 +30,7 @@ from opentelemetry.trace import Link, Status
 
 from agl import InvalidInputError, Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
-from agl.store._otlp import OTLP_CONTENT_TYPES, decode_traces, encode_response
+from agl.store._otlp import OTLP_CONTENT_TYPES, decode_traces, encode_response, read_traces
 
 PROTOBUF, JSON = OTLP_CONTENT_TYPES
 T0 = 1_700_000_000_123_456_789  # beyond 2**53: a float would lose the last digits
@@ -522,6 +522,20 @@ def test_one_bad_span_among_good_ones_rejects_the_request() -> None:
             decode_traces(body, content_type)
         assert caught.value.field == "resource_spans[0].scope_spans[1].spans[1].attributes"
         assert "span 'd'" in caught.value.message
+
+        # read in chunks, the bad span is one of a chunk's refusals and the others are read
+        chunks = list(read_traces(body, content_type, chunk=2))
+        assert [[s.name for s in chunk.spans] for chunk in chunks] == [["a", "b"], ["c"], ["e"]]
+        assert [len(chunk.bad) for chunk in chunks] == [0, 1, 0]
+        assert chunks[1].paths == ["resource_spans[0].scope_spans[1].spans[0]"]
+        [(field, why)] = chunks[1].bad
+        assert field == "resource_spans[0].scope_spans[1].spans[1].attributes"
+        assert why.startswith("resource_spans[0].scope_spans[1].spans[1]: span 'd' has no ")
+
+
+def test_read_traces_parses_before_it_returns() -> None:
+    with pytest.raises(InvalidInputError):
+        read_traces(b"not protobuf", PROTOBUF)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,10 @@ store server accepts the standard OTLP/HTTP trace export request (``POST /v1/tra
 either of its encodings, protobuf or JSON, and this module turns its body into
 :class:`~agl.Span` objects. Each span must say which rollout and attempt it belongs to,
 through the ``agl.rollout.id`` and ``agl.attempt.id`` attributes set on the span itself or on
-its resource. A request is accepted or rejected as a whole: any bad span rejects every span.
+its resource. :func:`decode_traces` takes a request as a whole (any bad span rejects every
+span); the store server reads it with :func:`read_traces` instead, in chunks, so that a large
+export is never all in memory as agl spans at once, and so that a bad span is reported (in
+OTLP's ``partial_success``) rather than losing the good spans sent with it.
 
 The protobuf classes come from the ``opentelemetry-proto`` package (the ``server`` extra) and
 are imported only when a request is decoded, so ``import agl`` stays light.
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
@@ -25,7 +30,7 @@ from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCo
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
     from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
-__all__ = ["OTLP_CONTENT_TYPES", "decode_traces", "encode_response"]
+__all__ = ["OTLP_CONTENT_TYPES", "TraceChunk", "decode_traces", "encode_response", "read_traces"]
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -63,14 +68,61 @@ def decode_traces(body: bytes, content_type: str) -> list[Span]:
             any span has a malformed id or lacks a rollout or attempt id. ``field`` names where.
     """
     request = _parse(body, _media_type(content_type))
-    spans: list[Span] = []
+    return [
+        _convert_span(otlp_span, resource(), path) for path, resource, otlp_span in _walk(request)
+    ]
+
+
+@dataclass
+class TraceChunk:
+    """Some spans of a request, in request order: those that were read (with their paths in
+    the request), and the others as (field, why) pairs."""
+
+    spans: list[Span] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    bad: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_traces(body: bytes, content_type: str, chunk: int = 1000) -> Iterator[TraceChunk]:
+    """Decode an OTLP/HTTP trace export request in chunks of at most ``chunk`` spans.
+
+    The body is parsed before this returns; the spans are converted as the chunks are taken.
+
+    Raises:
+        InvalidInputError: If the content type is not an OTLP one or the body does not parse.
+    """
+    request = _parse(body, _media_type(content_type))
+
+    def chunks() -> Iterator[TraceChunk]:
+        current = TraceChunk()
+        for path, resource, otlp_span in _walk(request):
+            try:
+                current.spans.append(_convert_span(otlp_span, resource(), path))
+            except InvalidInputError as exc:
+                current.bad.append((exc.field or path, f"{path}: {exc.message}"))
+            else:
+                current.paths.append(path)
+            if len(current.spans) + len(current.bad) >= chunk:
+                yield current
+                current = TraceChunk()
+        if current.spans or current.bad:
+            yield current
+
+    return chunks()
+
+
+def _walk(
+    request: ExportTraceServiceRequest,
+) -> Iterator[tuple[str, Callable[[], dict[str, JsonValue]], OtlpSpan]]:
+    """Each span of ``request`` with its path and its resource's attributes (read when first
+    asked for: a resource with bad attributes fails each of its spans)."""
     for i, resource_spans in enumerate(request.resource_spans):
-        resource = _attributes(resource_spans.resource.attributes, f"resource_spans[{i}].resource")
+        path = f"resource_spans[{i}]"
+        attributes = resource_spans.resource.attributes
+        resource = functools.cache(functools.partial(_attributes, attributes, f"{path}.resource"))
         for j, scope_spans in enumerate(resource_spans.scope_spans):
             for k, otlp_span in enumerate(scope_spans.spans):
-                path = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
-                spans.append(_convert_span(otlp_span, resource, path))
-    return spans
+                yield f"resource_spans[{i}].scope_spans[{j}].spans[{k}]", resource, otlp_span
 
 
 def encode_response(

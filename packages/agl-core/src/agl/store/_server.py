@@ -42,7 +42,6 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from agl._errors import InvalidInputError, NotFoundError
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -70,7 +69,7 @@ from agl.store._server_errors import (
     unauthorized,
     validation_error,
 )
-from agl.store._span_batches import add_spans_keeping_good
+from agl.store._server_otlp import add_otlp_route
 from agl.store._storable import unstorable_at
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
@@ -375,38 +374,7 @@ def create_app(
     async def statistics() -> StoreStatistics:
         return await store.statistics()
 
-    @app.post(
-        "/v1/traces",
-        tags=["otlp"],
-        summary="OTLP/HTTP trace export",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-                    "application/json": {"schema": {"type": "object"}},
-                },
-            }
-        },
-    )
-    async def otlp_traces(request: Request) -> Response:
-        from agl.store import _otlp as otlp
-
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        encoding = request.headers.get("content-encoding", "identity")
-        try:
-            body = otlp.decode_body(await request.body(), encoding, max_body_bytes)
-            spans = otlp.decode_traces(body, content_type)
-        except (InvalidInputError, NotFoundError) as exc:
-            # OTLP/HTTP says bad data is a 400 (and that senders must not retry it).
-            raise MalformedBody(exc.message, field=exc.field, value=exc.value) from None
-        # The good spans are stored; the others are counted in OTLP's partial success.
-        outcome = await add_spans_keeping_good(store, spans)
-        content, media_type = otlp.encode_response(
-            content_type, len(outcome.rejected), outcome.refusals()
-        )
-        return Response(content=content, media_type=media_type)
-
+    add_otlp_route(app, store, max_body_bytes)
     _finish(app, store, token=token, max_body_bytes=max_body_bytes, dashboard=dashboard)
     _document(app, SpansBody)  # the span route's body, which no route model names
     return app

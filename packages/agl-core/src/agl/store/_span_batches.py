@@ -29,6 +29,7 @@ __all__ = [
     "add_spans_keeping_good",
     "byte_chunks",
     "renumbered",
+    "summary",
 ]
 
 _INDEX = re.compile(r"^spans\[(\d+)\]")
@@ -57,9 +58,7 @@ class SpanBatchOutcome:
 
     def refusals(self, shown: int = 3) -> str:
         """The first ``shown`` refusals' reasons, and how many more there are, in one line."""
-        text = "; ".join(r.message for r in self.rejected[:shown])
-        more = len(self.rejected) - shown
-        return text + (f"; and {more} more" if more > 0 else "")
+        return summary([r.message for r in self.rejected], shown)
 
 
 async def add_spans_keeping_good(store: Store, spans: Sequence[Span]) -> SpanBatchOutcome:
@@ -93,6 +92,12 @@ async def add_spans_keeping_good(store: Store, spans: Sequence[Span]) -> SpanBat
         break
     rejected.sort(key=lambda r: r.index)
     return SpanBatchOutcome(ids, rejected)
+
+
+def summary(messages: Sequence[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``messages``, and how many more there are, in one line."""
+    more = len(messages) - shown
+    return "; ".join(messages[:shown]) + (f"; and {more} more" if more > 0 else "")
 
 
 def byte_chunks(encoded: Sequence[bytes], max_bytes: int) -> list[tuple[int, int]]:
