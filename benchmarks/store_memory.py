@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,28 +25,7 @@ import httpx
 
 import agl
 from agl._spans import new_span_id, new_trace_id
-from agl.testing.ports import free_port
-
-
-def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "agl", "store", "serve", "--db", f"sqlite:///{db}"),
-            *("--port", str(port), "--log-level", "warning"),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit("agl store serve did not start within 60 s")
+from store_scale import serve  # the same server, started the same way
 
 
 def memory_mb(pid: int) -> tuple[float, float]:

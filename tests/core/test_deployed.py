@@ -39,12 +39,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    with Processes(tmp_path) as started:
-        yield started
-
-
 @pytest.fixture(scope="module")
 def model() -> Iterator[OpenAIServer]:
     with OpenAIServer() as server:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,17 +25,6 @@ from agl.testing.processes import Child, Processes
 pytestmark = pytest.mark.anyio
 
 TIMEOUTS = ("--header-timeout", "1", "--body-timeout", "1")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    with Processes(tmp_path) as started:
-        yield started
 
 
 async def _exchange(port: int, pieces: list[bytes], pause: float) -> bytes:

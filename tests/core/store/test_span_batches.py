@@ -25,11 +25,6 @@ from agl.store._span_batches import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["memory", "sqlite", "http"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[agl.Store]:
     if request.param == "http":

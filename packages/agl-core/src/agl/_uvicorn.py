@@ -23,7 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
-__all__ = ["BODY_TIMEOUT", "HEADER_TIMEOUT", "deadline_protocol", "uvicorn_config"]
+__all__ = ["BODY_TIMEOUT", "HEADER_TIMEOUT", "deadline_protocol", "run", "uvicorn_config"]
 
 HEADER_TIMEOUT = 30.0
 """Seconds a request's headers may take to arrive, from its first byte."""
@@ -56,6 +56,29 @@ def uvicorn_config(
         timeout_graceful_shutdown=5,
         http=deadline_protocol(header_timeout, body_timeout),
     )
+
+
+def run(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    header_timeout: float = HEADER_TIMEOUT,
+    body_timeout: float = BODY_TIMEOUT,
+) -> None:
+    """Serve ``app`` in the foreground with :func:`uvicorn_config` until interrupted."""
+    import uvicorn
+
+    config = uvicorn_config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+    )
+    uvicorn.Server(config).run()
 
 
 def deadline_protocol(header_timeout: float, body_timeout: float) -> type[asyncio.Protocol]:

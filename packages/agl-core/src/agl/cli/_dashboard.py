@@ -33,16 +33,14 @@ def dashboard_command(
                 field="store",
                 value=store,
             )
-        import uvicorn
 
         from agl.dashboard import create_dashboard_app
 
         console.print(
             f"[bold]agl dashboard[/] for [cyan]{store}[/] on http://{host}:{port}", soft_wrap=True
         )
-        from agl._uvicorn import uvicorn_config
+        from agl._uvicorn import run
 
-        app = create_dashboard_app(store)
-        uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level=log_level)).run()
+        run(create_dashboard_app(store), host=host, port=port, log_level=log_level)
     except AglError as exc:
         fail(exc, 2)

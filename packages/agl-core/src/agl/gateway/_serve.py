@@ -7,7 +7,7 @@ from typing import Any
 
 from agl import _server_auth as server_auth
 from agl._server_thread import ServerThread
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, uvicorn_config
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
 from agl.gateway import _paths as paths
 from agl.gateway._app import Gateway
 from agl.store._base import Store
@@ -99,12 +99,11 @@ def serve(
 ) -> None:
     """Serve the gateway until interrupted (refused beyond loopback without a ``token``);
     ``header_timeout`` and ``body_timeout`` bound half-sent requests (:mod:`agl._uvicorn`)."""
-    import uvicorn
 
     check_bind_address(host, token)
     opened = open_store(store) if isinstance(store, str) else store
     gateway = Gateway(upstreams, opened, close_store=True, token=token, **options)
-    config = uvicorn_config(
+    run(
         gateway.app,
         host=host,
         port=port,
@@ -112,4 +111,3 @@ def serve(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
     )
-    uvicorn.Server(config).run()

@@ -10,7 +10,7 @@ from typing import Any
 
 from agl import _server_auth as server_auth
 from agl._server_thread import ServerThread
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, uvicorn_config
+from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
 from agl.store._base import Store
 from agl.store._open import open_store
 from agl.store._server import DEFAULT_MAX_BODY_BYTES, create_app
@@ -45,14 +45,13 @@ def serve(
     the end) until interrupted (SIGINT/SIGTERM stop it cleanly); with ``dashboard``, the
     dashboard at ``/``. ``header_timeout`` and ``body_timeout`` bound half-sent requests
     (:mod:`agl._uvicorn`)."""
-    import uvicorn
 
     check_bind_address(host, token)
     store = open_store(db) if isinstance(db, str) else db
     app = create_app(
         store, token=token, max_body_bytes=max_body_bytes, close_store=True, dashboard=dashboard
     )
-    config = uvicorn_config(
+    run(
         app,
         host=host,
         port=port,
@@ -60,7 +59,6 @@ def serve(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
     )
-    uvicorn.Server(config).run()
 
 
 class StoreServer(ServerThread):
