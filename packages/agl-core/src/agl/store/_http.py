@@ -50,6 +50,7 @@ from agl.store._http_wire import (
     starting_at,
 )
 from agl.store._span_batches import byte_chunks, renumbered
+from agl.store._storable import refuse_unstorable
 
 if TYPE_CHECKING:
     import aiohttp
@@ -219,12 +220,15 @@ class HttpStore(ClosingStore):
     # --- rollouts ---------------------------------------------------------------------------
 
     async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        requests = as_list(requests, "requests", RolloutRequest)
+        # JSON would carry a NaN as null: refused here, as the stores in a process refuse it
+        refuse_unstorable([r.model_dump(exclude_defaults=True) for r in requests], "requests")
         # Naming each rollout here makes the request safe to repeat after a lost response.
         named = [
             request
             if request.rollout_id is not None
             else request.model_copy(update={"rollout_id": new_id("ro")})
-            for request in as_list(requests, "requests", RolloutRequest)
+            for request in requests
         ]
         rollouts: list[Rollout] = []
         for first in range(0, len(named), MAX_ENQUEUE):  # the server takes so many a request
@@ -409,9 +413,9 @@ class HttpStore(ClosingStore):
     async def add_resources(
         self, resources: Mapping[str, Resource], resources_id: str | None = None
     ) -> ResourcesUpdate:
-        payload = {
-            name: member.model_dump(mode="json") for name, member in as_resources(resources).items()
-        }
+        members = as_resources(resources)
+        refuse_unstorable({n: m.model_dump() for n, m in members.items()}, "resources")
+        payload = {name: member.model_dump(mode="json") for name, member in members.items()}
         data = await self._request(
             "POST",
             "/v1/resources",

@@ -70,7 +70,7 @@ from agl.store._server_errors import (
     validation_error,
 )
 from agl.store._server_otlp import add_otlp_route
-from agl.store._storable import unstorable_at
+from agl.store._storable import refuse_unstorable
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -448,10 +448,7 @@ class _PlainRoute(APIRoute):
 
 def _refuse_unstorable(body: BaseModel) -> None:
     """A 400 naming the first field no store can keep as it is (:mod:`agl.store._storable`)."""
-    found = unstorable_at(body.model_dump(mode="python", exclude_defaults=True))
-    if found is not None:
-        field, problem = found
-        raise MalformedBody(f"{field}: {problem}, which cannot be stored", field=field)
+    refuse_unstorable(body.model_dump(mode="python", exclude_defaults=True), "", MalformedBody)
 
 
 def _parse(model: type[M], raw: bytes) -> M:

@@ -37,6 +37,7 @@ from agl.store import _engine as engine
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
 from agl.store._engine import MAX_PAGE_SIZE
+from agl.store._storable import refuse_unstorable
 from agl.store._tx import Transaction
 
 T = TypeVar("T")
@@ -98,6 +99,7 @@ class StatefulStore(ClosingStore):
 
     async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         requests = as_list(requests, "requests", RolloutRequest)
+        refuse_unstorable([r.model_dump(exclude_defaults=True) for r in requests], "requests")
         now = time.time()
         result = await self._run(lambda tx: engine.enqueue(tx, requests, now))
         self._notifier.notify_all()
@@ -222,6 +224,7 @@ class StatefulStore(ClosingStore):
         self, resources: Mapping[str, Resource], resources_id: str | None = None
     ) -> ResourcesUpdate:
         members = as_resources(resources)
+        refuse_unstorable({n: m.model_dump() for n, m in members.items()}, "resources")
         return await self._run(
             lambda tx: engine.add_resources(tx, members, resources_id, time.time())
         )

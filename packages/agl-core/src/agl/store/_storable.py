@@ -3,7 +3,8 @@
 JSON bodies may carry ``NaN``, ``Infinity`` and escaped lone UTF-16 surrogates (``"\\ud800"``).
 No database keeps them as they are (a non-finite number would come back as ``null``, a
 surrogate fails to encode), so the store server refuses a body holding one with a 400 naming
-the field, before anything is stored, instead of storing something else or failing with a 500.
+the field, before anything is stored, instead of storing something else or failing with a 500;
+the stores in this process refuse such rollouts and resources too (``InvalidInputError``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agl._errors import InvalidInputError
 from agl._text import valid_text
 
-__all__ = ["unstorable_at"]
+__all__ = ["refuse_unstorable", "unstorable_at"]
+
+
+def refuse_unstorable(
+    value: Any, path: str, error: type[InvalidInputError] = InvalidInputError
+) -> None:
+    """Raise ``error`` naming the first value of ``value`` (found at ``path``) that cannot be
+    stored as it is; return when there is none."""
+    found = unstorable_at(value, path)
+    if found is not None:
+        field, problem = found
+        raise error(f"{field}: {problem}, which cannot be stored", field=field)
 
 
 def unstorable_at(value: Any, path: str = "") -> tuple[str, str] | None:

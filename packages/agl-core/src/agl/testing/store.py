@@ -149,6 +149,23 @@ class StoreConformance:
         assert caught.value.field == "requests[1].resources_id"
         assert (await store.statistics()).rollouts == 0
 
+    async def test_values_no_store_keeps_as_they_are_are_refused(self, store: Store) -> None:
+        """NaN and lone surrogates would come back as something else (or not at all)."""
+        requests = [RolloutRequest(input=1), RolloutRequest(input={"x": [1.0, float("nan")]})]
+        with pytest.raises(InvalidInputError) as caught:
+            await store.enqueue_rollouts(requests)
+        assert caught.value.field == "requests[1].input.x[1]"
+        assert "nan is not a finite number" in caught.value.message
+        with pytest.raises(InvalidInputError) as caught:
+            await store.enqueue_rollouts([RolloutRequest(input="lone \ud800")])
+        assert caught.value.field == "requests[0].input"
+        assert (await store.statistics()).rollouts == 0
+        template = PromptTemplate(template="{x}", engine="f-string")
+        with pytest.raises(InvalidInputError) as caught:
+            await store.add_resources({"prompt\udc00": template})
+        assert "lone UTF-16 surrogate" in caught.value.message
+        assert (await store.statistics()).resources == 0
+
     async def test_get_unknown_rollout_raises(self, store: Store) -> None:
         with pytest.raises(NotFoundError) as caught:
             await store.get_rollout("ro-unknown")
