@@ -8,13 +8,11 @@ says, telling the three agents apart by their system prompts:
 - ``"caught"``: the writer answers with :data:`WRONG_SQL`, the checker objects (``WRONG: ...``),
   the rewriter answers with the gold SQL, and the checker then says OK.
 - ``"missed"``: the writer answers with :data:`WRONG_SQL` and the checker lets it pass.
-- ``"stuck"``: as ``"caught"``, but the rewriter answers with :data:`WRONG_SQL` again, every
-  time, until the graph gives up (a sloppy teacher's second mistake, for ``--train``).
 
 The checker does not read the plan to judge a query: it runs the query and the gold one and
 compares their rows (as the reward does), and only a ``"missed"`` question makes it say OK to
 anything. The writer's replies take turns between a ```sql code block, a bare statement after
-a sentence, and a bare code block, as real models vary (``styles`` replaces those).
+a sentence, and a bare code block, as real models vary.
 """
 
 from __future__ import annotations
@@ -28,21 +26,20 @@ from sql_agent import CHECKER_PROMPT, REWRITER_PROMPT, WRITER_PROMPT, extract_sq
 
 from agl.testing.openai_server import Reply, error_reply
 
-__all__ = ["STYLES", "WRONG_SQL", "Outcome", "Plan", "default_plan", "script"]
+__all__ = ["WRONG_SQL", "Outcome", "Plan", "default_plan", "script"]
 
-Outcome = Literal["right", "caught", "missed", "stuck"]
+Outcome = Literal["right", "caught", "missed"]
 Plan = Mapping[str, Outcome]
 """Question id -> what happens to it."""
 
 WRONG_SQL = "SELECT name FROM employees"
 """The writer's mistake: a real query, wrong for every question of the dataset."""
 
-STYLES = (
+_STYLES = (
     "```sql\n{sql};\n```",
     "Here is the query:\n{sql};",
     "```\n{sql}\n```\nIt reads the tables the question names.",
 )
-"""The writer's ways of writing a query ``{sql}``, taken in turn by question id."""
 
 
 def default_plan(questions: Sequence[Mapping[str, str]]) -> dict[str, Outcome]:
@@ -52,10 +49,9 @@ def default_plan(questions: Sequence[Mapping[str, str]]) -> dict[str, Outcome]:
 
 
 def script(
-    questions: Sequence[Mapping[str, str]], plan: Plan, *, styles: Sequence[str] = STYLES
+    questions: Sequence[Mapping[str, str]], plan: Plan
 ) -> Callable[[dict[str, Any]], Reply | str]:
-    """The server's script for ``questions`` (each question's outcome from ``plan``; the
-    writer's replies in ``styles``, taken in turn by the number in the question's id)."""
+    """The server's script for ``questions`` (each question's outcome from ``plan``)."""
     by_text = {q["question"]: q for q in questions}
 
     def answer(request: dict[str, Any]) -> Reply | str:
@@ -69,7 +65,7 @@ def script(
         gold, outcome = task["sql"], plan[task["id"]]
         if system == WRITER_PROMPT:
             sql = gold if outcome == "right" else WRONG_SQL
-            return styles[int(task["id"][1:]) % len(styles)].format(sql=sql)
+            return _STYLES[int(task["id"][1:]) % len(_STYLES)].format(sql=sql)
         if system == CHECKER_PROMPT:
             if (
                 outcome == "missed"
@@ -78,7 +74,7 @@ def script(
                 return "OK"
             return "WRONG: the rows do not answer the question."
         if system == REWRITER_PROMPT:
-            return f"```sql\n{WRONG_SQL if outcome == 'stuck' else gold}\n```"
+            return f"```sql\n{gold}\n```"
         return error_reply(400, "the stand-in knows no such agent")
 
     return answer
