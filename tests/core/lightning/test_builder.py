@@ -67,7 +67,8 @@ class _Collect(agl.Algorithm):
 
     async def run(self, ctx: agl.AlgorithmContext) -> None:
         await ctx.publish({"llm": await ctx.serve_llm([self.upstream], "policy")})
-        config = RolloutConfig(timeout_seconds=1.0, max_attempts=1)
+        # the "hang" task times out; the others finish well within it, also on a loaded machine
+        config = RolloutConfig(timeout_seconds=5.0, max_attempts=1)
         self.results = await ctx.run_rollouts(ctx.train_tasks, n=2, config=config)
 
 
@@ -79,6 +80,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[agl.RolloutResult]
     run_dir: Path = tmp_path_factory.mktemp("run")
     with OpenAIServer(echo) as server:
         UPSTREAM["url"] = server.url
+        # its first answer builds the tokenizer (over a second on a busy machine): not in a run
+        openai.OpenAI(base_url=server.url, api_key="-").chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "warm up"}]
+        )
         algorithm = _Collect(server.url)
         trainer = agl.Trainer(
             algorithm, run_dir=run_dir, console=False, plot=False, instrument=["openai"]
