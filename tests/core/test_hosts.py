@@ -166,6 +166,8 @@ async def test_a_runner_host_cut_off_mid_run_is_retried_elsewhere_and_refused_af
             result = _read(tmp_path / "result.json")
             assert result is not None, procs.logs()
             hosts.restore("runner-1")
+            # back online, runner-1 learns that the store ended its attempt: from its late
+            # report or from a heartbeat, whichever the store refuses first
             refused = "was ended by the store"
             await wait_until(
                 lambda: refused in runners["runner-1"].log(), "runner-1's late report", 120,

@@ -162,6 +162,30 @@ async def test_heartbeats_keep_a_long_attempt_alive(store: MemoryStore) -> None:
     assert attempt.status == AttemptStatus.SUCCEEDED
 
 
+async def test_an_idle_runner_beats_for_a_new_claim_within_its_short_limit(
+    store: MemoryStore,
+) -> None:
+    """The runner was idle (beating every 10 s) when a rollout with a 0.6 s limit came: its
+    first heartbeat comes within a third of that, not when the idle interval ends."""
+
+    @agl.rollout
+    async def agent(task: int) -> float:
+        await asyncio.sleep(2.0)
+        return 1.0
+
+    worker = runner(agent, store, max_rollouts=1)
+    running = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.5)  # idle: the heartbeat loop is waiting out its 10 s
+    [rollout_id] = await enqueue(store, 1, config=RolloutConfig(unresponsive_seconds=0.6))
+    while not running.done():  # a reader (a trainer, a dashboard): the store checks deadlines
+        await store.query_attempts(rollout_id)
+        await asyncio.sleep(0.05)
+    stats = await asyncio.wait_for(running, 30)
+    assert stats.succeeded == 1, stats
+    [attempt] = await store.query_attempts(rollout_id)
+    assert attempt.status == AttemptStatus.SUCCEEDED
+
+
 async def test_a_rollout_cancelled_in_the_store_stops_its_agent(store: MemoryStore) -> None:
     cancelled = asyncio.Event()
 

@@ -96,7 +96,7 @@ TASKS = [
     {"questions": ["say yes", "say no"]},  # rewards 1, 0: trained
     {"questions": ["say yes"]},  # rewards 1, 1: nothing to learn, dropped
     {"questions": ["crash"]},  # both fail: dropped
-    {"questions": ["slow"]},  # both time out after 2 s: dropped
+    {"questions": ["slow"]},  # both time out (attempt limit): dropped
     {"questions": ["say no", "crash"]},  # one left: no group, dropped
 ]
 
@@ -107,7 +107,14 @@ def engine_class() -> type[RecordingEngine]:
     return RecordingEngine
 
 
-def run(tmp_path: Path, model_dir: Path, **options: Any) -> agl.RunResult:
+def run(
+    tmp_path: Path, model_dir: Path, *, attempt_timeout: float = 5.0, **options: Any
+) -> agl.RunResult:
+    """One ``fit`` over :data:`TASKS`. The runners share the trainer's event loop, and an
+    agent's blocking work holds it: the OpenAI SDK imports its resources on first use (over a
+    second), and each new client loads the CA bundle. The attempt limit leaves room for that;
+    the import is done here, before any rollout's clock starts."""
+    _ = openai.AsyncOpenAI(base_url="http://127.0.0.1:9", api_key="-").chat.completions
     algorithm = LightningRLVerl(
         str(model_dir),
         engine=RecordingEngine,
@@ -118,7 +125,7 @@ def run(tmp_path: Path, model_dir: Path, **options: Any) -> agl.RunResult:
         algorithm,
         store=f"sqlite:///{tmp_path / 'store.db'}",
         run_dir=tmp_path / "run",
-        rollout_config=agl.RolloutConfig(timeout_seconds=2.0),
+        rollout_config=agl.RolloutConfig(timeout_seconds=attempt_timeout),
         concurrency=16,
         console=False,
         plot=False,
@@ -188,8 +195,12 @@ def test_a_step_trains_on_the_finished_rollouts_token_for_token(
 def test_the_step_timeout_bounds_a_step_whose_rollouts_never_finish(
     tmp_path: Path, model_dir: Path, engine_class: type[RecordingEngine]
 ) -> None:
+    # The slow rollouts' own limit is far beyond the step's: the agents' blocking work (see
+    # run) holds the step's clock too, and the store must not time them out before it fires.
     started = time.monotonic()
-    result = run(tmp_path, model_dir, batch_size=5, max_steps=1, step_timeout=1.0)
+    result = run(
+        tmp_path, model_dir, batch_size=5, max_steps=1, step_timeout=1.0, attempt_timeout=20.0
+    )
     assert time.monotonic() - started < 60
 
     (engine,) = engine_class.instances

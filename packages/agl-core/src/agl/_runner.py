@@ -193,6 +193,7 @@ class Runner:
         self._tracer = tracer
         self._owns_tracer = tracer is None
         self._running: dict[asyncio.Task[None], Claim] = {}
+        self._claimed = asyncio.Event()  # a claim started: its limit may shorten the interval
         self._released: set[asyncio.Task[None]] = set()
         self._stale: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Event | None = None
@@ -245,6 +246,7 @@ class Runner:
         for instrumentation in instrumentations:
             instrumentation.instrument()
         signals = self._install_signals()
+        self._claimed = asyncio.Event()
         heartbeats = asyncio.create_task(self._heartbeats(), name="agl-heartbeats")
         try:
             await self._claim_loop()
@@ -305,6 +307,7 @@ class Runner:
                     self._run_attempt(claim), name=f"agl-rollout-{claim.rollout.rollout_id}"
                 )
                 self._running[task] = claim
+                self._claimed.set()
                 task.add_done_callback(self._finished)
                 if self._stopping.is_set():
                     self._release(task)
@@ -551,9 +554,22 @@ class Runner:
         return min([10.0, *(limit / 3 for limit in limits)])
 
     async def _heartbeats(self) -> None:
+        """Beat for every running attempt each interval. The interval is recomputed when a
+        claim starts, so a rollout with a short ``unresponsive_seconds`` claimed by an idle
+        runner gets its first heartbeat within a third of its limit, not the idle 10 s."""
         assert self.store is not None
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await asyncio.sleep(self._interval())
+            self._claimed.clear()
+            wait = last + self._interval() - loop.time()
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self._claimed.wait(), wait)
+                except TimeoutError:
+                    pass
+                else:
+                    continue  # a new claim: recompute when the next beat is due
             running = [(task, claim) for task, claim in self._running.items() if not task.done()]
             results = await asyncio.gather(
                 *(
@@ -564,8 +580,12 @@ class Runner:
             )
             for (task, claim), result in zip(running, results, strict=True):
                 if isinstance(result, ConflictError):
+                    # as a refused report says it: whichever the store refuses first
                     logger.info(
-                        "rollout %s: %s; cancelling the agent", claim.rollout.rollout_id, result
+                        "attempt %s of %s was ended by the store: %s; cancelling the agent",
+                        claim.attempt.attempt_id,
+                        claim.rollout.rollout_id,
+                        result,
                     )
                     self._stale.add(task)
                     task.cancel()
@@ -573,6 +593,9 @@ class Runner:
                     self.stats.store_errors += 1
                 elif isinstance(result, Exception):
                     logger.warning("heartbeat for %s failed: %s", claim.attempt.attempt_id, result)
+            # The next beat is due an interval after this one ended, not after it started: a
+            # beat held up by an unreachable store is not followed by another at once.
+            last = loop.time()
 
     def _install_signals(self) -> list[int]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
