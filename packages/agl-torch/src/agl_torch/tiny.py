@@ -95,22 +95,39 @@ _DEFAULT_CORPUS = [
 ]
 
 
-def build_tokenizer(corpus: Iterable[str] = (), *, vocab_size: int = 512) -> Any:
+def build_tokenizer(
+    corpus: Iterable[str] = (),
+    *,
+    vocab_size: int = 512,
+    whole_lines: bool = False,
+    words: Sequence[str] = (),
+) -> Any:
     """A byte-level BPE tokenizer trained on ``corpus``, with the chat template and specials.
 
     Digits stay single tokens (numbers compose the same way everywhere); any text encodes
     (unknown characters fall back to bytes) and decodes back exactly. Returns a
     ``transformers.PreTrainedTokenizerFast``.
+
+    Args:
+        corpus: The texts to train on (a small generic corpus if empty).
+        vocab_size: BPE vocabulary size, special tokens included.
+        whole_lines: Let merges cross spaces (never a newline): a line the corpus repeats (a
+            schema, a system prompt, a query's fixed clauses) becomes one token or a few,
+            where word-level merges leave one per word. For prompts that repeat long texts.
+        words: Strings that are each one token wherever they appear, also inside other
+            text (a task's entity names: copying one from a question is copying one token).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     texts = list(corpus) or list(_DEFAULT_CORPUS)
     tokenizer = Tokenizer(models.BPE())
+    lines = [pre_tokenizers.Split("\n", behavior="merged_with_previous")] if whole_lines else []
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
+            *lines,
             pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not whole_lines),
         ]
     )
     tokenizer.decoder = decoders.ByteLevel()
@@ -124,6 +141,7 @@ def build_tokenizer(corpus: Iterable[str] = (), *, vocab_size: int = 512) -> Any
     # The trainer adds every special token as "special"; the tool-call markers are text the
     # agent sees (decoding keeps them even with skip_special_tokens=True).
     tokenizer.add_tokens([AddedToken(token, special=False) for token in TOOL_TOKENS])
+    tokenizer.add_tokens([AddedToken(word, special=False, normalized=False) for word in words])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=END_OF_TURN,
@@ -146,6 +164,8 @@ def build_tiny_model(
     intermediate_size: int | None = None,
     max_position_embeddings: int = 1024,
     seed: int = 0,
+    whole_lines: bool = False,
+    words: Sequence[str] = (),
 ) -> Path:
     """Build a random-init Llama-style model and its tokenizer; save both to ``path``.
 
@@ -158,6 +178,7 @@ def build_tiny_model(
             (``intermediate_size`` defaults to 4 x ``hidden_size``).
         max_position_embeddings: The longest sequence the model takes.
         seed: Seeds the random weights (the same seed builds the same model).
+        whole_lines / words: The tokenizer's (see :func:`build_tokenizer`).
 
     Returns:
         ``path``, as a :class:`~pathlib.Path`.
@@ -167,7 +188,7 @@ def build_tiny_model(
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(corpus, vocab_size=vocab_size)
+    tokenizer = build_tokenizer(corpus, vocab_size=vocab_size, whole_lines=whole_lines, words=words)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

@@ -28,6 +28,8 @@ def warm_up_tiny_model(
     batch_size: int = 32,
     seed: int = 0,
     vocab_size: int = 400,
+    whole_lines: bool = False,
+    words: Sequence[str] = (),
     hidden_size: int = 64,
     num_layers: int = 2,
     max_length: int = 2048,
@@ -44,7 +46,9 @@ def warm_up_tiny_model(
         epochs: Passes over the conversations.
         tools: Tools for the conversations that name none of their own.
         lr / batch_size / seed: The fine-tuning's (``seed`` also seeds the weights).
-        vocab_size / hidden_size / num_layers: The model's shape.
+        vocab_size / whole_lines / words: The tokenizer's (see
+            :func:`agl_torch.tiny.build_tokenizer`; it is trained on the conversations).
+        hidden_size / num_layers: The model's shape.
         max_length: Longer conversations are dropped.
         max_position_embeddings: The longest sequence the model takes.
         device: Where the fine-tuning runs (default: CUDA when present).
@@ -72,6 +76,8 @@ def warm_up_tiny_model(
         run_dir / "base-model",
         corpus=corpus,
         vocab_size=vocab_size,
+        whole_lines=whole_lines,
+        words=words,
         hidden_size=hidden_size,
         num_layers=num_layers,
         max_position_embeddings=max_position_embeddings,
