@@ -17,9 +17,8 @@ trap 'rm -rf "$scratch"' EXIT
 basetemp="$scratch/$(printf 'a-long-temporary-path-%.0s' 1 2 3 4 5 6 7)"
 status=0
 # -n: one pytest worker per core, at most 2 (CI's machines have 2); worksteal balances the few
-# long learning tests against the many short ones, and tests/conftest.py orders the collection
-# so that each worker starts with its share of the long ones. --durations: the slowest tests,
-# so the run's time (under 25 minutes) stays in view.
+# long learning tests against the many short ones. --durations: the slowest tests, so the run's
+# time (under 25 minutes) stays in view.
 workers=$(python3 -c 'import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))')
 COLUMNS=40 uv run --no-sync pytest -n "$workers" --dist worksteal --basetemp "$basetemp" \
     --durations=25 "$@" || status=$?
