@@ -11,6 +11,7 @@ token for token against what the upstream returned.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import time
 from pathlib import Path
@@ -114,7 +115,7 @@ def run(
     agent's blocking work holds it: the OpenAI SDK imports its resources on first use (over a
     second), and each new client loads the CA bundle. The attempt limit leaves room for that;
     the import is done here, before any rollout's clock starts."""
-    _ = openai.AsyncOpenAI(base_url="http://127.0.0.1:9", api_key="-").chat.completions
+    importlib.import_module("openai.resources.chat.completions")
     algorithm = LightningRLVerl(
         str(model_dir),
         engine=RecordingEngine,
