@@ -36,12 +36,14 @@ import json
 import os
 import re
 import string
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import agents
 from agents import (
     Agent,
+    FunctionTool,
     MaxTurnsExceeded,
     Model,
     ModelBehaviorError,
@@ -73,6 +75,7 @@ __all__ = [
     "reward",
     "search",
     "search_text",
+    "search_tool",
     "terms",
 ]
 
@@ -116,10 +119,19 @@ agents.set_trace_processors([])
 
 
 @functools.cache
-def corpus() -> tuple[dict[str, str], ...]:
-    """The documents, in id order: dicts with ``id``, ``title`` and ``text``."""
-    with (DATA / "corpus.jsonl").open(encoding="utf-8") as lines:
-        docs = [json.loads(line) for line in lines if line.strip()]
+def corpus(name: str = "shipped") -> tuple[dict[str, str], ...]:
+    """The documents of corpus ``name``, in id order: dicts with ``id``, ``title`` and
+    ``text``. ``"shipped"`` is ``data/corpus.jsonl``; ``"world"`` is the generated world of
+    ``--train`` (:func:`qa_world.documents`)."""
+    if name == "world":
+        import qa_world
+
+        docs = list(qa_world.documents())
+    elif name == "shipped":
+        with (DATA / "corpus.jsonl").open(encoding="utf-8") as lines:
+            docs = [json.loads(line) for line in lines if line.strip()]
+    else:
+        raise ValueError(f"no corpus named {name!r}: the corpora are 'shipped' and 'world'")
     return tuple(sorted(docs, key=lambda doc: doc["id"]))
 
 
@@ -138,37 +150,46 @@ def terms(text: str) -> set[str]:
 
 
 @functools.cache
-def _index() -> tuple[tuple[dict[str, str], frozenset[str]], ...]:
-    return tuple((doc, frozenset(terms(f"{doc['title']} {doc['text']}"))) for doc in corpus())
+def _index(name: str) -> tuple[tuple[dict[str, str], frozenset[str]], ...]:
+    return tuple((doc, frozenset(terms(f"{doc['title']} {doc['text']}"))) for doc in corpus(name))
 
 
-def retrieve(query: str, k: int = TOP_K) -> list[dict[str, str]]:
-    """The ``k`` documents sharing the most terms with ``query`` (title and text count alike).
+def retrieve(query: str, k: int = TOP_K, *, corpus_name: str = "shipped") -> list[dict[str, str]]:
+    """The ``k`` documents of corpus ``corpus_name`` sharing the most terms with ``query``
+    (title and text count alike).
 
     Ties go to the lower document id; documents sharing no term are never returned.
     """
     wanted = terms(query)
-    scored = [(len(wanted & words), doc) for doc, words in _index()]
+    scored = [(len(wanted & words), doc) for doc, words in _index(corpus_name)]
     ranked = sorted((item for item in scored if item[0] > 0), key=lambda i: (-i[0], i[1]["id"]))
     return [doc for _, doc in ranked[:k]]
 
 
-def search_text(query: str) -> str:
+def search_text(query: str, *, corpus_name: str = "shipped") -> str:
     """What the search tool returns for ``query``: each document as ``[id] title: text``."""
-    found = retrieve(query)
+    found = retrieve(query, corpus_name=corpus_name)
     if not found:
         return f"No document matches {query!r}."
     return "\n\n".join(f"[{doc['id']}] {doc['title']}: {doc['text']}" for doc in found)
 
 
-@function_tool
-def search(query: str) -> str:
-    """Search the knowledge base; returns the two best-matching documents.
+def search_tool(corpus_name: str = "shipped") -> FunctionTool:
+    """The ``search`` function tool over corpus ``corpus_name``."""
 
-    Args:
-        query: A few keywords, such as a name and what you want to know about it.
-    """
-    return search_text(query)
+    def search(query: str) -> str:
+        """Search the knowledge base; returns the two best-matching documents.
+
+        Args:
+            query: A few keywords, such as a name and what you want to know about it.
+        """
+        return search_text(query, corpus_name=corpus_name)
+
+    return function_tool(search)
+
+
+search = search_tool()
+"""The search tool over the shipped corpus."""
 
 
 # --- the reward ---------------------------------------------------------------------------------
@@ -190,9 +211,16 @@ def reward(final: str, answer: str) -> float:
 # --- the agents ---------------------------------------------------------------------------------
 
 
-def build_agents(model: Model, settings: ModelSettings | None = None) -> tuple[Agent, Agent]:
-    """The ``researcher`` (with :func:`search`, handing off to the answerer) and the
-    ``answerer``, both calling ``model`` with ``settings``."""
+def build_agents(
+    model: Model,
+    settings: ModelSettings | None = None,
+    *,
+    researcher_model: Model | None = None,
+    corpus_name: str = "shipped",
+) -> tuple[Agent, Agent]:
+    """The ``researcher`` (with the search tool over corpus ``corpus_name``, handing off to
+    the answerer) and the ``answerer``: both call ``model`` with ``settings``, unless
+    ``researcher_model`` is given (the researcher's, with the model's own settings)."""
     settings = settings or ModelSettings()
     answerer = Agent(
         name="answerer",
@@ -204,9 +232,9 @@ def build_agents(model: Model, settings: ModelSettings | None = None) -> tuple[A
     researcher = Agent(
         name="researcher",
         instructions=RESEARCHER_PROMPT,
-        model=model,
-        model_settings=settings,
-        tools=[search],
+        model=researcher_model or model,
+        model_settings=settings if researcher_model is None else ModelSettings(),
+        tools=[search_tool(corpus_name)],
         handoffs=[answerer],
     )
     return researcher, answerer
@@ -248,19 +276,38 @@ def model_settings(sampling: dict[str, Any]) -> ModelSettings:
     )
 
 
-@agl.rollout
-async def qa_agent(task: dict[str, Any], llm: agl.LLM) -> float:
-    """Answer ``task["question"]``; reward: whether the final answer holds ``task["answer"]``.
-
-    ``llm`` is the model the run serves (through agl's gateway when it trains); its sampling
-    parameters (temperature, max_tokens) go to every call of both agents.
-    """
-    async with AsyncOpenAI(
+def _client(llm: agl.LLM) -> AsyncOpenAI:
+    return AsyncOpenAI(
         base_url=llm.endpoint,
         api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         max_retries=0,
-    ) as client:
+    )
+
+
+@agl.rollout
+async def qa_agent(
+    task: dict[str, Any], llm: agl.LLM, researcher_llm: agl.LLM | None = None
+) -> float:
+    """Answer ``task["question"]``; reward: whether the final answer holds ``task["answer"]``.
+
+    ``llm`` is the model the run serves (through agl's gateway when it trains); its sampling
+    parameters (temperature, max_tokens) go to every call of both agents, unless the run
+    also publishes ``researcher_llm``: then the researcher calls that model instead (a fixed
+    one, which training the answerer leaves alone). ``task["corpus"]`` names the corpus the
+    search reads (``"shipped"`` if absent).
+    """
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(_client(llm))
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
-        researcher, answerer = build_agents(model, model_settings(dict(llm.sampling_parameters)))
+        other: Model | None = None
+        if researcher_llm is not None:
+            own = await stack.enter_async_context(_client(researcher_llm))
+            other = OpenAIChatCompletionsModel(model=researcher_llm.model, openai_client=own)
+        researcher, answerer = build_agents(
+            model,
+            model_settings(dict(llm.sampling_parameters)),
+            researcher_model=other,
+            corpus_name=str(task.get("corpus", "shipped")),
+        )
         final = await research_and_answer(researcher, answerer, task["question"])
     return reward(final, task["answer"])

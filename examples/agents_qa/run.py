@@ -7,8 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/agents_qa/run.py --split all \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    # train only the answerer with LightningRL (agl-torch), on a tiny model built in code
-    uv run --no-sync python examples/agents_qa/run.py --train --steps 3
+    # train the answerer with LightningRL (agl-torch), on a tiny model built in code
+    uv run --no-sync python examples/agents_qa/run.py --train
 
 The agent (``qa_agent.py``) is two Agents SDK agents: the ``researcher`` searches a small local
 corpus about invented things with a ``search`` function tool (two searches per question: each
@@ -19,46 +19,39 @@ the agent, so each LLM call belongs to an agent:
 
 - the default run (``Trainer.dev``) prints every rollout, then a table per agent: its LLM calls
   and the mean reward of the rollouts it took part in;
-- ``--train`` maps the agents to algorithms, ``{"answerer": LightningRLTorch(...), "*": None}``:
-  every step runs both agents, but only the answerer's calls become transitions and only its
-  model (the LLM resource, served through agl's gateway) is trained; the researcher's calls
-  are counted and left alone (it calls the same model here, which the answerer's updates
-  change: give it a resource of its own to keep it fixed). It prints each step's calls and
+- ``--train`` maps the agents to algorithms, ``{"answerer": LightningRLTorch(...),
+  "researcher": None}``: every step runs both agents, but only the answerer's calls become
+  transitions and only its model (the LLM resource, served through agl's gateway) is trained;
+  the researcher's calls are counted and left alone. It prints each step's calls and
   transitions per agent, from the run's metrics (``agents/<name>/calls``,
   ``agents/<name>/transitions``).
 
-The tiny model starts from random weights: it never calls the search tool or hands off, so the
-rollout hands the researcher's conversation to the answerer itself (see ``qa_agent.py``), and
-every reward is 0. The run shows the machinery (token ids, attribution, the update), not
-learning. It keeps groups whose rewards are all equal (advantage 0) so that the transitions
-exist to look at; with a real model, leave :class:`agl.TransitionBuilder` at its default and drop
-them.
+``--train`` (``qa_training.py``) asks its questions about a generated world of invented
+companies, founders and towns (``qa_world.py``), keeps the researcher a fixed model (the
+scripted stand-in, published as the run's ``researcher_llm``), warms agl-torch's tiny model up
+on a sloppy teacher's answers, recorded in the Agents SDK's own requests, then trains the
+answerer with LightningRL, served through agl's gateway. It prints the validation reward
+before and after (the curve: ``reward.png`` in the run directory).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import qa_agent
-from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT, corpus, questions
+from qa_agent import questions
+from qa_training import INSTRUMENT
 from rich.console import Console
 
 import agl
 from agl import read_metrics
 from agl.lightning import agent_stats, agent_steps_table, agents_table
 
-__all__ = ["INSTRUMENT", "dev", "main", "train"]
-
-INSTRUMENT = ["openai-agents", "openai"]
-"""What the runners trace: the Agents SDK (``agl-openai-agents``: each agent turn's span names
-its agent, each function tool call is a tool span, each model call carries its response id),
-and the openai client underneath ``OpenAIChatCompletionsModel`` (the same call, recorded twice,
-counts once)."""
+__all__ = ["INSTRUMENT", "dev", "main"]
 
 
 def dev(
@@ -81,60 +74,6 @@ def dev(
     return trainer.dev(qa_agent.qa_agent, list(tasks))
 
 
-def train(
-    tasks: Sequence[Mapping[str, Any]],
-    *,
-    run_dir: Path,
-    steps: int = 3,
-    tasks_per_step: int = 2,
-    n_samples: int = 2,
-    max_tokens: int = 16,
-    lr: float = 1e-3,
-    console: bool | Console = True,
-    algorithm: type[Any] | None = None,
-) -> agl.FitResult:
-    """Train the answerer (only) with LightningRL on a tiny model built in code.
-
-    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
-    look at each step's batch, say).
-    """
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
-    from agl_torch.tiny import build_tiny_model
-
-    # A tokenizer trained on the task's own text keeps the prompts short.
-    text = [RESEARCHER_PROMPT, ANSWERER_PROMPT]
-    text += [f"{doc['title']}: {doc['text']}" for doc in corpus()]
-    text += [f"{q['question']} {q['answer']}" for q in questions()]
-    model = build_tiny_model(
-        run_dir / "tiny-model", corpus=text, vocab_size=512, max_position_embeddings=2048
-    )
-    answerer = (algorithm or LightningRLTorch)(
-        model,
-        loop=agl.LoopSettings(
-            n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
-            n_samples=n_samples,
-            batch_size=tasks_per_step,
-            max_steps=steps,
-        ),
-        learner=LearnerSettings(lr=lr),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
-        # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        transitions=agl.TransitionBuilder(drop_zero_variance=False),
-        checkpoints=CheckpointSettings(every=0),
-    )
-    trainer = agl.Trainer(
-        algorithm={"answerer": answerer, "*": None},
-        run_dir=run_dir,
-        concurrency=tasks_per_step * n_samples,
-        instrument=INSTRUMENT,
-        console=console,
-        progress=console is not False,
-        plot=False,
-    )
-    return trainer.fit(qa_agent.qa_agent, list(tasks))
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -143,19 +82,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
     parser.add_argument("--model", default="stand-in", help="the model name to ask for")
     parser.add_argument("--train", action="store_true", help="train the answerer with RL")
-    parser.add_argument("--steps", type=int, default=3, help="RL steps (--train)")
+    parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
     args = parser.parse_args(argv)
     out = Console()
     log: bool | Console = not args.quiet
-    tasks = questions(args.split or ("train" if args.train else "val"))
+    tasks = questions(args.split or "val")
 
     if args.train:
-        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
+        from qa_training import train
+
+        result = train(args.run_dir, steps=args.steps, seed=args.seed, console=log)
         out.print(agent_steps_table(read_metrics(args.run_dir)))
+        vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
         out.print(
-            "only the answerer was trained; the researcher's calls were counted and left "
-            f"alone. Run dir: {args.run_dir}"
+            f"validation reward {vals[0]:.3f} -> {vals[-1]:.3f} in {result.duration_s / 60:.1f} "
+            "min; only the answerer was trained (the researcher's calls were counted and left "
+            f"alone); curve: {args.run_dir / 'reward.png'}"
         )
         return
 

@@ -64,7 +64,10 @@ pytest.importorskip("agents", reason="the example needs openai-agents")
 if str(EXAMPLE) not in sys.path:
     sys.path.insert(0, str(EXAMPLE))
 qa_agent = importlib.import_module("qa_agent")
+qa_world = importlib.import_module("qa_world")
 stand_in = _load("stand_in", "agents_qa_stand_in")
+with _our_stand_in():
+    qa_training = importlib.import_module("qa_training")
 run = _load("run", "agents_qa_run")
 
 RIGHT_AGENTS = ["researcher", "researcher", "researcher", "answerer"]
@@ -286,51 +289,118 @@ def test_the_script_prints_the_table_per_agent(
     assert "mean reward 0.833 over 6 questions" in out
 
 
+# --- the generated world of --train ------------------------------------------------------------
+
+
+def test_the_world_asks_two_hop_questions_its_search_answers() -> None:
+    made = qa_world.world()
+    docs = qa_agent.corpus("world")
+    assert len(docs) == len(made.companies) + len(made.people) + len(made.towns)
+    assert {doc["id"] for doc in docs}.isdisjoint(doc["id"] for doc in qa_agent.corpus())
+    words = [w for name in qa_world.names() for w in name.split() if w not in qa_world._KINDS]
+    assert len(words) == len(set(words)), "no two names share a word: searches never mix them"
+    questions = qa_world.questions()
+    assert len(questions) == len(qa_world.TEMPLATES) * len(made.companies)
+    for q in questions:
+        first, second = (qa_agent.retrieve(hop, corpus_name="world")[0] for hop in q["hops"])
+        assert q["bridge"] in first["text"], q["id"]  # the first search finds the bridge
+        assert q["answer"] in second["text"], q["id"]  # the second finds the answer
+        assert qa_agent.reward(str(q["bridge"]), str(q["answer"])) == 0.0, q["id"]
+        assert q["corpus"] == "world"
+    train_part, val_part = qa_world.split(seed=0)
+    assert len(val_part) == len(questions) // 4
+    assert {q["id"] for q in train_part}.isdisjoint(q["id"] for q in val_part)
+    assert Counter(q["template"] for q in val_part) == {
+        str(i): len(made.companies) // 4 for i in range(len(qa_world.TEMPLATES))
+    }
+    assert qa_world.split(seed=1) != (train_part, val_part)
+    assert qa_world.world() is made  # made once, from its seed
+
+
+def test_a_corpus_that_does_not_exist_is_named() -> None:
+    with pytest.raises(ValueError, match="no corpus named 'nope': the corpora are"):
+        qa_agent.corpus("nope")
+    # the shipped corpus's names are not the world's: each corpus is searched alone
+    assert qa_agent.search_text("Edwin Marlow", corpus_name="world") == (
+        "No document matches 'Edwin Marlow'."
+    )
+    assert [doc["id"] for doc in qa_agent.retrieve("Edwin Marlow")] == ["d01", "d02"]
+
+
+def test_the_researcher_may_call_a_model_of_its_own(agents_adapter: None, tmp_path: Path) -> None:
+    """With ``researcher_llm`` published, the researcher calls it and the answerer ``llm``."""
+    [question] = qa_world.questions()[:1]
+    with _our_stand_in():
+        with OpenAIServer(stand_in.script([question], {question["id"]: "wrong"})) as own:
+            with OpenAIServer(lambda request: str(question["answer"])) as main:
+                trainer = agl.Trainer(
+                    run_dir=tmp_path,
+                    resources={
+                        "llm": agl.LLM(endpoint=main.url, model="main"),
+                        "researcher_llm": agl.LLM(endpoint=own.url, model="own"),
+                    },
+                    instrument=qa_training.INSTRUMENT,
+                    console=False,
+                    progress=False,
+                    plot=False,
+                )
+                result = trainer.dev(qa_agent.qa_agent, [question])
+            asked = [request.body for request in own.requests]
+            answered = [request.body for request in main.requests]
+    assert result.results[0].reward == 1.0  # the main model's answer, not the stand-in's
+    assert [_is_researcher(r) for r in asked] == [True, True, True]
+    [answer] = answered
+    assert answer["messages"][0]["content"] == qa_agent.ANSWERER_PROMPT
+    results = [m["content"] for m in answer["messages"] if m["role"] == "tool"][:2]
+    assert results == [qa_agent.search_text(h, corpus_name="world") for h in question["hops"]]
+
+
 # --- RL on the answerer only --------------------------------------------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
+    from agl_torch.tiny import build_tiny_model
     from transformers import AutoTokenizer
 
-    tasks = qa_agent.questions("train")[:2]
-    result = run.train(
-        tasks, run_dir=tmp_path, steps=2, tasks_per_step=2, n_samples=2, max_tokens=16,
-        console=False, algorithm=recorded_rl.algorithm,
-    )  # fmt: skip
+    model = build_tiny_model(tmp_path / "tiny-model", corpus=[qa_agent.ANSWERER_PROMPT])
+    with _our_stand_in():
+        result = qa_training.reinforce(
+            model, tmp_path, steps=2, tasks_per_step=2, n_samples=2, val_tasks=2,
+            console=False, algorithm=recorded_rl.algorithm,
+            transitions=agl.TransitionBuilder(drop_zero_variance=False),
+        )  # fmt: skip
     [answerer] = recorded_rl.instances
-    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    tokenizer: Any = AutoTokenizer.from_pretrained(model)
     rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
     assert [row["step"] for row in rows] == [1, 2]
     assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
     assert len(answerer.batches) == 2
+    questions = {str(q["question"]) for q in qa_world.questions()}
     for row, batch in zip(rows, answerer.batches, strict=True):
-        # the random model never hands off: the rollout calls the answerer, once per rollout
+        # the fixed researcher searches twice and hands off: 3 calls a rollout, counted only
         assert row["agents/answerer/calls"] == 4  # 2 questions x 2 samples
-        assert row["agents/researcher/calls"] >= 4  # counted, never trained
+        assert row["agents/researcher/calls"] == 12
         assert "agents/researcher/transitions" not in row
-        assert row["transitions/other_agents_calls"] == row["agents/researcher/calls"]
+        assert row["transitions/other_agents_calls"] == 12
         drops = batch.report
         assert drops.calls_seen == 4
-        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+        for note in ("joined_by_order", "gateway_only"):
             assert drops.notes[note] == 0, (note, drops.notes)
-        # each call recorded by the SDK's instrumentation and the OpenAI client's counts once
-        assert (
-            drops.notes["duplicate_llm_spans"]
-            == row["agents/answerer/calls"] + row["agents/researcher/calls"]
-        )
+        # the fixed researcher's calls go to its own server, not through the gateway
+        assert drops.notes["instrumented_only"] == 12
         # a random model may end a reply at once; every other answerer call is a transition
         assert len(batch) + drops.dropped_calls["empty_response"] == 4
         assert row["transitions/kept"] == row.get("agents/answerer/transitions", 0) == len(batch)
-        assert len(batch) >= 1
         for transition in batch:
             assert transition.agent == "answerer"
-            assert transition.prompt_ids
             assert transition.response_logprobs is not None
             assert len(transition.response_logprobs) == len(transition.response_ids) > 0
             prompt = tokenizer.decode(transition.prompt_ids)
             assert qa_agent.ANSWERER_PROMPT in prompt
             assert qa_agent.RESEARCHER_PROMPT not in prompt
-            assert any(task["question"] in prompt for task in tasks)
-    assert result.history[-1]["agents/answerer/calls"] == 4
+            assert "<tool_call>" in prompt  # the researcher's searches, handed over
+            assert any(question in prompt for question in questions)
+    vals = [row for row in result.history if "val/reward/mean" in row]
+    assert [row["step"] for row in vals] == [0, 2]

@@ -1,0 +1,194 @@
+"""Training the answerer on a CPU: a generated world, a sloppy teacher, then RL.
+
+The 20 shipped questions are too few to learn from and to validate on, so ``--train`` asks its
+questions about a generated world (:mod:`qa_world`: hundreds of invented companies, founders
+and towns, each with a document the search finds); a quarter of each kind of question is held
+out for validation.
+
+The **researcher** is a fixed model here, as an off-the-shelf model you would not train: the
+scripted stand-in (:mod:`stand_in`), published as the run's ``researcher_llm`` resource, which
+searches both hops and hands off. The **answerer** is agl-torch's tiny model. With random
+weights it writes no answer, so it starts from a **warm-up** (:func:`demonstrations`): the
+stand-in acts as a sloppy teacher, whose answerer gives the right answer for half the
+questions and the entity between the hops (one search short) for the others, and the agents
+run against it exactly as they will in training. Every chat request the Agents SDK sends the
+answerer (its instructions, the researcher's searches and their results, the handoff) and the
+teacher's reply is kept (:class:`agl.testing.demonstrations.Demonstrations`); the tiny model,
+with a tokenizer trained on those conversations (each name of the world one token), is
+fine-tuned on them. **RL** (LightningRL on agl-torch for the answerer, GRPO over the samples of
+each question; the researcher is ``None``: its calls are counted, never trained) then has one
+habit to unlearn: answering with the entity between the hops.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import qa_world
+import stand_in
+from qa_agent import ANSWERER_PROMPT, qa_agent
+
+import agl
+
+__all__ = [
+    "INSTRUMENT",
+    "demonstrations",
+    "reinforce",
+    "researcher",
+    "train",
+    "warm_up",
+]
+
+INSTRUMENT = ["openai-agents", "openai"]
+"""What the runners trace: the Agents SDK (``agl-openai-agents``: each agent turn's span names
+its agent, each function tool call is a tool span, each model call carries its response id),
+and the openai client underneath ``OpenAIChatCompletionsModel`` (the same call, recorded twice,
+counts once)."""
+
+
+@contextmanager
+def researcher(
+    tasks: Sequence[Mapping[str, Any]], plan: stand_in.Plan | None = None
+) -> Iterator[agl.LLM]:
+    """The stand-in model, served while the block runs, as an LLM resource: it researches
+    ``tasks`` (two searches, then the handoff) and answers as ``plan`` says (every question
+    ``"right"`` by default; only the researcher's turns matter when it is the run's
+    ``researcher_llm``)."""
+    from agl.testing.demonstrations import Demonstrations
+    from agl.testing.openai_server import OpenAIServer
+
+    plan = plan or dict.fromkeys((str(t["id"]) for t in tasks), "right")
+    with OpenAIServer(Demonstrations(stand_in.script(tasks, plan))) as server:
+        yield agl.LLM(endpoint=server.url, model="stand-in")
+
+
+def demonstrations(
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    run_dir: Path,
+    right_share: float = 0.5,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """The sloppy teacher's answerer conversations on ``tasks``: each chat request the Agents
+    SDK sends the answerer, as sent, with the teacher's reply. The teacher answers right on
+    ``right_share`` of the questions and with the entity between the hops on the others."""
+    from agl.testing.demonstrations import Demonstrations
+    from agl.testing.openai_server import OpenAIServer
+
+    rng = random.Random(seed)
+    plan: dict[str, stand_in.Outcome] = {
+        str(t["id"]): "right" if rng.random() < right_share else "wrong" for t in tasks
+    }
+    teacher = Demonstrations(stand_in.script(tasks, plan))
+    with OpenAIServer(teacher) as server:
+        trainer = agl.Trainer(
+            run_dir=run_dir,
+            resources={"llm": agl.LLM(endpoint=server.url, model="teacher")},
+            concurrency=64,
+            instrument=INSTRUMENT,
+            console=False,
+            progress=False,
+            plot=False,
+        )
+        trainer.dev(qa_agent, list(tasks))
+    answers = [c for c in teacher.conversations if _system(c) == ANSWERER_PROMPT]
+    # in a fixed order: the runner answers concurrently, and the warm-up's shuffle is seeded
+    return sorted(answers, key=lambda c: json.dumps(c, sort_keys=True))
+
+
+def _system(conversation: Mapping[str, Any]) -> str:
+    messages = conversation.get("messages") or [{}]
+    return str(messages[0].get("content") or "")
+
+
+def warm_up(
+    run_dir: Path,
+    *,
+    epochs: int = 20,
+    right_share: float = 0.5,
+    seed: int = 0,
+    progress: bool = True,
+    vocab_size: int = 1000,
+) -> Path:
+    """The tiny model, built and fine-tuned on the sloppy teacher's answerer conversations on
+    the world's training questions; returns its folder (``run_dir/warm-model``)."""
+    from agl_torch.warm_up import warm_up_tiny_model
+
+    train_part, _ = qa_world.split(seed=seed)
+    conversations = demonstrations(
+        train_part, run_dir=run_dir / "teacher", right_share=right_share, seed=seed
+    )
+    return warm_up_tiny_model(
+        run_dir,
+        conversations,
+        epochs=epochs,
+        seed=seed,
+        vocab_size=vocab_size,
+        whole_lines=True,
+        words=qa_world.names(),
+        progress=progress,
+    )
+
+
+def reinforce(
+    warm: Path,
+    run_dir: Path,
+    *,
+    steps: int = 12,
+    tasks_per_step: int = 8,
+    n_samples: int = 8,
+    val_tasks: int | None = None,
+    lr: float = 1e-3,
+    max_tokens: int = 16,
+    seed: int = 0,
+    console: Any = True,
+    algorithm: type[Any] | None = None,
+    transitions: agl.TransitionBuilder | None = None,
+) -> agl.FitResult:
+    """Train the answerer from the model in ``warm`` with LightningRL, the researcher the
+    fixed stand-in; validate on the held-out questions (the first ``val_tasks``, all by
+    default) before the first step and after the last.
+
+    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
+    look at each step's batch, say); ``transitions`` replaces the default
+    :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
+    the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
+    """
+    from agl_torch.rl import LightningRLTorch
+    from agl_torch.settings import CheckpointSettings, LearnerSettings
+
+    answerer = (algorithm or LightningRLTorch)(
+        warm,
+        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
+        learner=LearnerSettings(lr=lr, seed=seed),
+        sampling=agl.SamplingSettings(max_tokens=max_tokens),
+        transitions=transitions or agl.TransitionBuilder(),
+        checkpoints=CheckpointSettings(every=0),
+    )
+    train_part, val_part = qa_world.split(seed=seed)
+    rng = random.Random(seed + 2)
+    picked = (rng.choice(train_part) for _ in range(steps * tasks_per_step))
+    train_tasks = [{**task, "id": f"{task['id']}-{i}"} for i, task in enumerate(picked)]
+    val = val_part[:val_tasks]
+    with researcher([*train_tasks, *val]) as fixed:
+        trainer = agl.Trainer(
+            algorithm={"answerer": answerer, "researcher": None},
+            resources={"researcher_llm": fixed},
+            run_dir=run_dir,
+            concurrency=tasks_per_step * n_samples,
+            instrument=INSTRUMENT,
+            console=console,
+            progress=console is not False,
+        )
+        return trainer.fit(qa_agent, train_tasks, val_dataset=val)
+
+
+def train(run_dir: Path, *, steps: int = 12, seed: int = 0, console: Any = True) -> agl.FitResult:
+    """:func:`warm_up`, then :func:`reinforce`: the example's ``--train``."""
+    warm = warm_up(run_dir, seed=seed, progress=console is not False)
+    return reinforce(warm, run_dir, steps=steps, seed=seed, console=console)
