@@ -330,23 +330,25 @@ def test_a_corpus_that_does_not_exist_is_named() -> None:
 def test_the_researcher_may_call_a_model_of_its_own(agents_adapter: None, tmp_path: Path) -> None:
     """With ``researcher_llm`` published, the researcher calls it and the answerer ``llm``."""
     [question] = qa_world.questions()[:1]
-    with _our_stand_in():
-        with OpenAIServer(stand_in.script([question], {question["id"]: "wrong"})) as own:
-            with OpenAIServer(lambda request: str(question["answer"])) as main:
-                trainer = agl.Trainer(
-                    run_dir=tmp_path,
-                    resources={
-                        "llm": agl.LLM(endpoint=main.url, model="main"),
-                        "researcher_llm": agl.LLM(endpoint=own.url, model="own"),
-                    },
-                    instrument=qa_training.INSTRUMENT,
-                    console=False,
-                    progress=False,
-                    plot=False,
-                )
-                result = trainer.dev(qa_agent.qa_agent, [question])
-            asked = [request.body for request in own.requests]
-            answered = [request.body for request in main.requests]
+    script = stand_in.script([question], {question["id"]: "wrong"})
+    with (
+        OpenAIServer(script) as own,
+        OpenAIServer(lambda request: str(question["answer"])) as main,
+    ):
+        trainer = agl.Trainer(
+            run_dir=tmp_path,
+            resources={
+                "llm": agl.LLM(endpoint=main.url, model="main"),
+                "researcher_llm": agl.LLM(endpoint=own.url, model="own"),
+            },
+            instrument=qa_training.INSTRUMENT,
+            console=False,
+            progress=False,
+            plot=False,
+        )
+        result = trainer.dev(qa_agent.qa_agent, [question])
+        asked = [request.body for request in own.requests]
+        answered = [request.body for request in main.requests]
     assert result.results[0].reward == 1.0  # the main model's answer, not the stand-in's
     assert [_is_researcher(r) for r in asked] == [True, True, True]
     [answer] = answered
@@ -361,8 +363,9 @@ def test_the_researcher_may_call_a_model_of_its_own(agents_adapter: None, tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
-    from agl_torch.tiny import build_tiny_model
     from transformers import AutoTokenizer
+
+    from agl_torch.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny-model", corpus=[qa_agent.ANSWERER_PROMPT])
     with _our_stand_in():
