@@ -22,7 +22,6 @@ habit to unlearn: answering with the entity between the hops.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -59,11 +58,10 @@ def researcher(
     ``tasks`` (two searches, then the handoff) and answers as ``plan`` says (every question
     ``"right"`` by default; only the researcher's turns matter when it is the run's
     ``researcher_llm``)."""
-    from agl.testing.demonstrations import Demonstrations
     from agl.testing.openai_server import OpenAIServer
 
     plan = plan or dict.fromkeys((str(t["id"]) for t in tasks), "right")
-    with OpenAIServer(Demonstrations(stand_in.script(tasks, plan))) as server:
+    with OpenAIServer(stand_in.script(tasks, plan)) as server:
         yield agl.LLM(endpoint=server.url, model="stand-in")
 
 
@@ -77,28 +75,15 @@ def demonstrations(
     """The sloppy teacher's answerer conversations on ``tasks``: each chat request the Agents
     SDK sends the answerer, as sent, with the teacher's reply. The teacher answers right on
     ``right_share`` of the questions and with the entity between the hops on the others."""
-    from agl.testing.demonstrations import Demonstrations
-    from agl.testing.openai_server import OpenAIServer
+    from agl.testing.demonstrations import record_demonstrations
 
     rng = random.Random(seed)
     plan: dict[str, stand_in.Outcome] = {
         str(t["id"]): "right" if rng.random() < right_share else "wrong" for t in tasks
     }
-    teacher = Demonstrations(stand_in.script(tasks, plan))
-    with OpenAIServer(teacher) as server:
-        trainer = agl.Trainer(
-            run_dir=run_dir,
-            resources={"llm": agl.LLM(endpoint=server.url, model="teacher")},
-            concurrency=64,
-            instrument=INSTRUMENT,
-            console=False,
-            progress=False,
-            plot=False,
-        )
-        trainer.dev(qa_agent, list(tasks))
-    answers = [c for c in teacher.conversations if _system(c) == ANSWERER_PROMPT]
-    # in a fixed order: the runner answers concurrently, and the warm-up's shuffle is seeded
-    return sorted(answers, key=lambda c: json.dumps(c, sort_keys=True))
+    script = stand_in.script(tasks, plan)
+    every = record_demonstrations(qa_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT)
+    return [c for c in every if _system(c) == ANSWERER_PROMPT]
 
 
 def _system(conversation: Mapping[str, Any]) -> str:

@@ -19,7 +19,6 @@ expression, and so whose answer, is right.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -102,27 +101,14 @@ def demonstrations(
     ``tool_share`` of the problems, and guesses a wrong answer without it on the others."""
     import stand_in
 
-    from agl.testing.demonstrations import Demonstrations
-    from agl.testing.openai_server import OpenAIServer
+    from agl.testing.demonstrations import record_demonstrations
 
     rng = random.Random(seed)
     plan: dict[str, stand_in.Outcome] = {
         str(t["id"]): "right" if rng.random() < tool_share else "guess" for t in tasks
     }
-    teacher = Demonstrations(stand_in.script(tasks, plan))
-    with OpenAIServer(teacher) as server:
-        trainer = agl.Trainer(
-            run_dir=run_dir,
-            resources={"llm": agl.LLM(endpoint=server.url, model="teacher")},
-            concurrency=64,
-            instrument=INSTRUMENT,
-            console=False,
-            progress=False,
-            plot=False,
-        )
-        trainer.dev(math_agent, list(tasks))
-    # in a fixed order: the runner answers concurrently, and the warm-up's shuffle is seeded
-    return sorted(teacher.conversations, key=lambda c: json.dumps(c, sort_keys=True))
+    script = stand_in.script(tasks, plan)
+    return record_demonstrations(math_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT)
 
 
 def warm_up(

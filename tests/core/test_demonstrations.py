@@ -96,3 +96,41 @@ def test_assistant_message_names_each_call() -> None:
         ("mine", '{"y": 2}'),
     ]
     assert assistant_message(Reply(text="hello")) == {"role": "assistant", "content": "hello"}
+
+
+def test_record_demonstrations_runs_the_agent_and_keeps_its_exchanges_in_a_fixed_order(
+    tmp_path: Any,
+) -> None:
+    import agl
+    from agl.testing.demonstrations import record_demonstrations
+
+    @agl.rollout
+    async def ask_twice(task: dict[str, Any], llm: agl.LLM) -> float:
+        async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="t") as client:
+            messages: list[Any] = [{"role": "user", "content": task["q"]}]
+            first = await client.chat.completions.create(model=llm.model, messages=messages)
+            messages += [{"role": "assistant", "content": first.choices[0].message.content}]
+            messages += [{"role": "user", "content": "again"}]
+            await client.chat.completions.create(model=llm.model, messages=messages)
+        return 1.0
+
+    def teacher(request: dict[str, Any]) -> str:
+        assert request["model"] == "teacher"
+        return f"{request['messages'][0]['content']}, {len(request['messages'])}"
+
+    tasks = [{"q": f"q{i}"} for i in range(5)]
+    runs = [
+        record_demonstrations(ask_twice, tasks, teacher, run_dir=tmp_path / str(n))
+        for n in range(2)
+    ]
+    assert runs[0] == runs[1]  # the same order whatever order the runners answered in
+    kept = runs[0]
+    assert kept == sorted(kept, key=lambda c: json.dumps(c, sort_keys=True))
+    assert len(kept) == 10  # two exchanges a task
+    again = [c["messages"] for c in kept if len(c["messages"]) == 4]
+    assert sorted(m[0]["content"] for m in again) == [t["q"] for t in tasks]
+    for messages in again:
+        q = messages[0]["content"]
+        assert messages[1] == {"role": "assistant", "content": f"{q}, 1"}
+        assert messages[3] == {"role": "assistant", "content": f"{q}, 3"}
+    assert (tmp_path / "0" / "store.db").exists()

@@ -13,19 +13,24 @@ training time the prompts it will see when the agent runs it::
         run_the_agent(tasks, agl.LLM(endpoint=server.url, model="teacher"))
     train_on_messages(learner, teacher.conversations)  # agl-torch
 
+:func:`record_demonstrations` does those steps for an agl agent: it serves the teacher, runs
+the agent over the tasks with :meth:`agl.Trainer.dev` and returns the conversations.
+
 Requests without ``messages`` (completions, the Responses API) and error replies are not kept.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agl.testing._openai_wire import Reply
 
-__all__ = ["Demonstrations", "assistant_message"]
+__all__ = ["Demonstrations", "assistant_message", "record_demonstrations"]
 
 
 def assistant_message(reply: Reply | str, *, call_prefix: str = "call_") -> dict[str, Any]:
@@ -88,3 +93,47 @@ class Demonstrations:
 
 def _first(replies: Sequence[Reply | str]) -> Reply | str | None:
     return replies[0] if replies else None
+
+
+def record_demonstrations(
+    agent: Any,
+    tasks: Sequence[Any],
+    script: Any,
+    *,
+    run_dir: str | Path,
+    instrument: Sequence[str] | None = None,
+    concurrency: int = 64,
+) -> list[dict[str, Any]]:
+    """Run ``agent`` once over ``tasks`` against the teacher ``script`` (served by
+    :class:`~agl.testing.openai_server.OpenAIServer` as the run's ``llm``, model ``"teacher"``)
+    and return every chat exchange as a conversation (see :class:`Demonstrations`).
+
+    The conversations come in a fixed order, sorted by their JSON: the runners answer
+    concurrently, so the order they were answered in changes from run to run, and a seeded
+    shuffle of them (a fine-tuning's) should not.
+
+    Args:
+        agent: An ``@agl.rollout`` function or :class:`~agl.LitAgent`.
+        tasks: The rollouts' inputs.
+        script: The teacher (see :class:`Demonstrations`).
+        run_dir: The dev run's directory (its store and metrics).
+        instrument: What the runners trace (as ``Trainer(instrument=...)`` takes it).
+        concurrency: Rollouts at once.
+    """
+    from agl._resources import LLM
+    from agl._trainer import Trainer
+    from agl.testing.openai_server import OpenAIServer
+
+    teacher = Demonstrations(script)
+    with OpenAIServer(teacher) as server:
+        trainer = Trainer(
+            run_dir=run_dir,
+            resources={"llm": LLM(endpoint=server.url, model="teacher")},
+            concurrency=concurrency,
+            instrument=instrument,
+            console=False,
+            progress=False,
+            plot=False,
+        )
+        trainer.dev(agent, list(tasks))
+    return sorted(teacher.conversations, key=lambda c: json.dumps(c, sort_keys=True))
