@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,13 +94,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.train:
         from qa_training import train
 
+        started = time.monotonic()
         result = train(args.run_dir, steps=args.steps, seed=args.seed, console=log)
+        minutes = (time.monotonic() - started) / 60
         out.print(agent_steps_table(read_metrics(args.run_dir)))
         vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
         out.print(
-            f"validation reward {vals[0]:.3f} -> {vals[-1]:.3f} in {result.duration_s / 60:.1f} "
-            "min; only the answerer was trained (the researcher's calls were counted and left "
-            f"alone); curve: {args.run_dir / 'reward.png'}"
+            f"validation reward {vals[0]:.3f} -> {vals[-1]:.3f}; {minutes:.1f} min in all "
+            f"(RL {result.duration_s / 60:.1f} min); only the answerer was trained (the "
+            "researcher's calls were counted and left alone); curve: "
+            f"{args.run_dir / 'reward.png'}"
         )
         return
 
