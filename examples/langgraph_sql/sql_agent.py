@@ -28,6 +28,7 @@ import re
 from typing import Any, TypedDict
 
 import company_db
+import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
@@ -42,6 +43,7 @@ __all__ = [
     "WRITER_PROMPT",
     "SQLState",
     "build_graph",
+    "chat_model",
     "extract_sql",
     "is_ok",
     "sql_agent",
@@ -104,13 +106,17 @@ def is_ok(verdict: str) -> bool:
 
 
 def build_graph(
-    model: BaseChatModel, *, max_rewrites: int = 2
+    model: BaseChatModel,
+    *,
+    checker_model: BaseChatModel | None = None,
+    max_rewrites: int = 2,
 ) -> CompiledStateGraph[SQLState, Any, SQLState, SQLState]:
-    """The writer -> checker (-> rewriter -> checker)* graph, calling ``model`` in every node."""
+    """The writer -> checker (-> rewriter -> checker)* graph, calling ``model`` in every node
+    (``checker_model``, when given, in the checker's)."""
     schema = company_db.schema()
 
-    async def ask(system: str, user: str) -> str:
-        reply = await model.ainvoke([SystemMessage(system), HumanMessage(user)])
+    async def ask(system: str, user: str, *, by: BaseChatModel = model) -> str:
+        reply = await by.ainvoke([SystemMessage(system), HumanMessage(user)])
         return str(reply.text)  # a plain str: `.text` is a str subclass that warns if called
 
     async def writer(state: SQLState) -> dict[str, Any]:
@@ -129,6 +135,7 @@ def build_graph(
             CHECKER_PROMPT,
             f"Schema:\n{schema}\nQuestion: {state['question']}\n\n"
             f"Query:\n```sql\n{state['sql']}\n```\n\nResult: {outcome}",
+            by=checker_model or model,
         )
         return {"verdict": verdict}
 
@@ -156,23 +163,38 @@ def build_graph(
     return graph.compile()
 
 
-@agl.rollout
-async def sql_agent(task: dict[str, Any], llm: agl.LLM) -> float:
-    """Answer ``task["question"]`` with the graph; reward: the final query run against the gold.
-
-    ``llm`` is the model the run serves (through agl's gateway when it trains); its sampling
-    parameters (temperature, max_tokens) go to every call.
-    """
+def chat_model(llm: agl.LLM, http: httpx.AsyncClient | None = None) -> ChatOpenAI:
+    """A ``ChatOpenAI`` for ``llm``, with its sampling parameters (temperature, max_tokens),
+    sending through ``http`` when given (the caller closes it)."""
     sampling = llm.sampling_parameters
     temperature, max_tokens = sampling.get("temperature"), sampling.get("max_tokens")
-    model = ChatOpenAI(
+    return ChatOpenAI(
         base_url=llm.endpoint,
+        http_async_client=http,
         api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         model=llm.model,
         max_retries=0,
         temperature=float(temperature) if isinstance(temperature, int | float) else None,
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
     )
+
+
+@agl.rollout
+async def sql_agent(
+    task: dict[str, Any], llm: agl.LLM, checker_llm: agl.LLM | None = None
+) -> float:
+    """Answer ``task["question"]`` with the graph; reward: the final query run against the gold.
+
+    ``llm`` is the model the run serves (through agl's gateway when it trains); its sampling
+    parameters (temperature, max_tokens) go to every call, unless the run also publishes
+    ``checker_llm``: then the checker calls that model instead (a fixed one, which training
+    the writer and the rewriter leaves alone).
+    """
     state: SQLState = {"question": task["question"], "sql": "", "verdict": "", "rewrites": 0}
-    final = await build_graph(model).ainvoke(state)
+    # One HTTP client per rollout, closed with it (one ChatOpenAI opens would be closed only
+    # when collected, after the event loop is gone).
+    async with httpx.AsyncClient(timeout=None) as http:
+        checker = chat_model(checker_llm, http) if checker_llm is not None else None
+        graph = build_graph(chat_model(llm, http), checker_model=checker)
+        final = await graph.ainvoke(state)
     return await asyncio.to_thread(company_db.reward, final["sql"], task["sql"])

@@ -8,6 +8,10 @@ says, telling the three agents apart by their system prompts:
 - ``"caught"``: the writer answers with :data:`WRONG_SQL`, the checker objects (``WRONG: ...``),
   the rewriter answers with the gold SQL, and the checker then says OK.
 - ``"missed"``: the writer answers with :data:`WRONG_SQL` and the checker lets it pass.
+- ``"stuck"``: as ``"caught"``, but the rewriter answers with the same wrong query each time.
+
+A question that carries its own mistake (``"wrong"``: a near miss, :mod:`sql_questions`) gets
+that query instead of :data:`WRONG_SQL`.
 
 The checker does not read the plan to judge a query: it runs the query and the gold one and
 compares their rows (as the reward does), and only a ``"missed"`` question makes it say OK to
@@ -28,7 +32,7 @@ from agl.testing.openai_server import Reply, error_reply
 
 __all__ = ["WRONG_SQL", "Outcome", "Plan", "default_plan", "script"]
 
-Outcome = Literal["right", "caught", "missed"]
+Outcome = Literal["right", "caught", "missed", "stuck"]
 Plan = Mapping[str, Outcome]
 """Question id -> what happens to it."""
 
@@ -63,9 +67,10 @@ def script(
         if task is None:
             return error_reply(400, "the stand-in knows no such question")
         gold, outcome = task["sql"], plan[task["id"]]
+        wrong = task.get("wrong", WRONG_SQL)
         if system == WRITER_PROMPT:
-            sql = gold if outcome == "right" else WRONG_SQL
-            return _STYLES[int(task["id"][1:]) % len(_STYLES)].format(sql=sql)
+            sql = gold if outcome == "right" else wrong
+            return _STYLES[_number(task["id"]) % len(_STYLES)].format(sql=sql)
         if system == CHECKER_PROMPT:
             if (
                 outcome == "missed"
@@ -74,7 +79,13 @@ def script(
                 return "OK"
             return "WRONG: the rows do not answer the question."
         if system == REWRITER_PROMPT:
-            return f"```sql\n{gold}\n```"
+            return f"```sql\n{wrong if outcome == 'stuck' else gold}\n```"
         return error_reply(400, "the stand-in knows no such agent")
 
     return answer
+
+
+def _number(task_id: str) -> int:
+    """The digits in a question's id (``q07`` -> 7), 0 when it has none."""
+    digits = "".join(char for char in task_id if char.isdigit())
+    return int(digits) if digits else 0

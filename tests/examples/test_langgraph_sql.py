@@ -2,7 +2,8 @@
 
 The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
 in for a model (``examples/langgraph_sql/stand_in.py``); its rewards are checked by executing
-SQL on the real database. The RL run (slow) trains a tiny model built in code for two steps.
+SQL on the real database. The RL run (slow) trains the writer and the rewriter of a tiny model
+built in code for two steps, the checker on a fixed model of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def _example_module(name: str) -> ModuleType:
 company_db = _example_module("company_db")
 sql_agent = _example_module("sql_agent")
 stand_in = _example_module("stand_in")
+sql_questions = _example_module("sql_questions")
+sql_training = _example_module("sql_training")
 run = _example_module("run")
 
 
@@ -188,48 +191,136 @@ def test_the_script_prints_the_table_per_agent(
     assert "mean reward 0.750 over 8 questions" in out
 
 
-# --- RL on the writer only ----------------------------------------------------------------------
+# --- generated questions, the fixed checker, the teacher --------------------------------------
+
+
+def test_generated_questions_have_rows_and_a_near_miss_from_a_sibling() -> None:
+    questions = sql_questions.generated()
+    assert len(questions) == len({q["id"] for q in questions}) > 200
+    templates = {t.id: t for t in sql_questions.TEMPLATES}
+    for question in questions:
+        template = templates[question["template"]]
+        gold = company_db.execute(question["sql"])
+        assert gold
+        assert gold != [(None,)]
+        value = question["id"].split("/", 1)[1]
+        assert question["question"] == template.question.format(v=value)
+        siblings = {
+            t.sql.format(v=value) for t in templates.values() if t.kind == template.kind
+        } - {question["sql"]}
+        assert question["wrong"] in siblings
+        assert company_db.reward(question["wrong"], question["sql"]) == 0.0
+
+
+def test_split_holds_out_a_quarter_of_each_template() -> None:
+    train, val = sql_questions.split(seed=0)
+    assert len(train) + len(val) == len(sql_questions.generated())
+    assert not {q["id"] for q in train} & {q["id"] for q in val}
+    for template in sql_questions.TEMPLATES:
+        mine = [q for q in val if q["template"] == template.id]
+        every = [q for q in sql_questions.generated() if q["template"] == template.id]
+        assert len(mine) == max(1, round(len(every) / 4))
+    assert sql_questions.split(seed=0) == (train, val)
+    assert sql_questions.split(seed=1)[1] != val
+
+
+def test_the_checker_runs_on_its_own_model(langchain_adapter: None, tmp_path: Path) -> None:
+    questions = sql_questions.generated()[:4]
+    plan = {q["id"]: "caught" for q in questions}  # the writer's query is the near miss
+    with (
+        OpenAIServer(stand_in.script(questions, plan)) as main,
+        sql_training.checker(questions) as fixed,
+    ):
+        trainer = agl.Trainer(
+            run_dir=tmp_path,
+            resources={"llm": agl.LLM(endpoint=main.url, model="stand-in"), "checker_llm": fixed},
+            instrument=sql_training.INSTRUMENT,
+            console=False,
+            progress=False,
+            plot=False,
+        )
+        result = trainer.dev(sql_agent.sql_agent, questions)
+        served = main.request_count
+    assert [r.reward for r in result.results] == [1.0] * 4  # caught, then rewritten right
+    for outcome in result.results:
+        agents = [call.agent for call in extract_calls(outcome.spans).calls]
+        assert agents == ["writer", "checker", "rewriter", "checker"]
+    assert served == 8  # the writer's and the rewriter's calls; the checker's went elsewhere
+
+
+def test_the_teachers_demonstrations(langchain_adapter: None, tmp_path: Path) -> None:
+    questions = sql_questions.generated()[::10]
+    conversations = sql_training.demonstrations(questions, run_dir=tmp_path, seed=0)
+    by_question: dict[str, list[tuple[str, str]]] = {}
+    for conversation in conversations:
+        system, user, reply = (m["content"] for m in conversation["messages"])
+        assert system in (sql_agent.WRITER_PROMPT, sql_agent.REWRITER_PROMPT)
+        question = user.split("Question: ", 1)[1].split("\n", 1)[0]
+        by_question.setdefault(question, []).append((system, sql_agent.extract_sql(reply)))
+    assert len(by_question) == len(questions)
+    kinds: Counter[str] = Counter()
+    writer, rewriter = sql_agent.WRITER_PROMPT, sql_agent.REWRITER_PROMPT
+    for question in questions:
+        turns = sorted(by_question[question["question"]])  # conversations come sorted
+        right, wrong = question["sql"], question["wrong"]
+        if turns == [(writer, right)]:
+            kinds["right"] += 1
+        elif turns == sorted([(writer, wrong), (rewriter, right)]):
+            kinds["fixed"] += 1
+        else:
+            assert turns == sorted([(writer, wrong), (rewriter, wrong), (rewriter, wrong)])
+            kinds["stuck"] += 1
+    assert set(kinds) == {"right", "fixed", "stuck"}, kinds
+
+
+# --- RL on the writer and the rewriter ----------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_training_only_the_writer(
+def test_training_the_writer_and_the_rewriter(
     langchain_adapter: None, tmp_path: Path, recorded_rl: Any
 ) -> None:
     from transformers import AutoTokenizer
 
-    tasks = company_db.questions("train")[:2]
-    run.train(
-        tasks, run_dir=tmp_path, steps=2, tasks_per_step=2, n_samples=2, max_tokens=16,
+    from agl_torch.tiny import build_tiny_model
+
+    corpus = [sql_agent.WRITER_PROMPT, sql_agent.REWRITER_PROMPT, company_db.schema()]
+    model = build_tiny_model(tmp_path / "tiny-model", corpus=corpus)
+    result = sql_training.reinforce(
+        model, tmp_path, steps=2, tasks_per_step=2, n_samples=2, val_tasks=2, max_tokens=16,
         console=False, algorithm=recorded_rl.algorithm,
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
     )  # fmt: skip
-    [writer] = recorded_rl.instances
-    tokenizer: Any = AutoTokenizer.from_pretrained(tmp_path / "tiny-model")
+    [policy] = recorded_rl.instances  # one algorithm for both agents
+    tokenizer: Any = AutoTokenizer.from_pretrained(model)
     rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
     assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
-    assert len(writer.batches) == 2
-    for row, batch in zip(rows, writer.batches, strict=True):
-        assert row["agents/writer/calls"] == 4  # 2 questions x 2 samples, one writer call each
-        assert row["agents/checker/calls"] >= 4
-        agents = {key.split("/")[1] for key in row if key.startswith("agents/")}
-        assert agents <= {"writer", "checker", "rewriter"}
-        assert not any(f"agents/{a}/transitions" in row for a in ("checker", "rewriter"))
+    assert len(policy.batches) == 2
+    for row, batch in zip(rows, policy.batches, strict=True):
+        # a random model's queries fail, the fixed checker objects: 2 rewrites per rollout
+        assert row["agents/writer/calls"] == 4  # 2 questions x 2 samples
+        assert row["agents/rewriter/calls"] == 8
+        assert row["agents/checker/calls"] == 12
+        assert "agents/checker/transitions" not in row
         drops = batch.report
-        assert drops.calls_seen == 4
-        others = sum(row[f"agents/{a}/calls"] for a in agents if a != "writer")
-        assert drops.notes["other_agents_calls"] == others
-        # every call's spans joined with the gateway's on the response id, each counted once
-        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+        assert drops.calls_seen == 12
+        assert drops.notes["other_agents_calls"] == 12
+        for note in ("joined_by_order", "gateway_only"):
             assert drops.notes[note] == 0, (note, drops.notes)
-        # a random model may end a reply at once; every other writer call is a transition
-        assert len(batch) + drops.dropped_calls["empty_response"] == 4
-        assert len(batch) >= 1
-        assert row["agents/writer/transitions"] == len(batch)
+        # the fixed checker's calls go to its own server, not through the gateway
+        assert drops.notes["instrumented_only"] == 12
+        # a random model may end a reply at once; every other call is a transition
+        assert len(batch) + drops.dropped_calls["empty_response"] == 12
+        by_agent = Counter(transition.agent for transition in batch)
+        assert set(by_agent) <= {"writer", "rewriter"}
+        for agent in ("writer", "rewriter"):
+            assert row.get(f"agents/{agent}/transitions", 0) == by_agent[agent]
         for transition in batch:
-            assert transition.agent == "writer"
-            assert transition.prompt_ids
-            assert transition.response_ids
             assert transition.response_logprobs is not None
-            assert len(transition.response_logprobs) == len(transition.response_ids)
+            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
             prompt = tokenizer.decode(transition.prompt_ids)
-            assert sql_agent.WRITER_PROMPT in prompt
-            assert any(task["question"] in prompt for task in tasks)
+            system = {"writer": sql_agent.WRITER_PROMPT, "rewriter": sql_agent.REWRITER_PROMPT}
+            assert system[transition.agent] in prompt
+            assert sql_agent.CHECKER_PROMPT not in prompt
+    vals = [row for row in result.history if "val/reward/mean" in row]
+    assert [row["step"] for row in vals] == [0, 2]
