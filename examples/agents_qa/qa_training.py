@@ -144,17 +144,12 @@ def reinforce(
     :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
     the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
     """
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
+    from agl_torch.warm_up import rl_after_warm_up
 
-    answerer = (algorithm or LightningRLTorch)(
-        warm,
-        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
-        learner=LearnerSettings(lr=lr, seed=seed),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
-        transitions=transitions or agl.TransitionBuilder(),
-        checkpoints=CheckpointSettings(every=0),
-    )
+    answerer = rl_after_warm_up(
+        warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
+        max_tokens=max_tokens, seed=seed, transitions=transitions, algorithm=algorithm,
+    )  # fmt: skip
     train_part, val_part = qa_world.split(seed=seed)
     rng = random.Random(seed + 2)
     picked = (rng.choice(train_part) for _ in range(steps * tasks_per_step))

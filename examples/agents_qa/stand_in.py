@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT
 
-from agl.testing.openai_server import Reply, error_reply, tool_reply
+from agl.testing.openai_server import Reply, ToolCall, error_reply
 
 __all__ = ["HANDOFF", "Outcome", "Plan", "default_plan", "script"]
 
@@ -65,11 +65,13 @@ def script(
         if system == RESEARCHER_PROMPT:
             searched = sum(1 for m in messages if m.get("role") == "tool")
             if searched < len(task["hops"]):
-                return tool_reply("search", {"query": task["hops"][searched]})
+                query = {"query": task["hops"][searched]}
+                # short call ids, numbered in the conversation (a model copies them as is)
+                return Reply(tool_calls=(ToolCall("search", query, id=f"call_{searched + 1}"),))
             if outcome == "finish":
                 first, second = task["hops"]
                 return f"I searched for {first!r}, then for {second!r}; the answer is above."
-            return tool_reply(HANDOFF)
+            return Reply(tool_calls=(ToolCall(HANDOFF, {}, id=f"call_{searched + 1}"),))
         if system == ANSWERER_PROMPT:
             return str(task["bridge"] if outcome == "wrong" else task["answer"])
         return error_reply(400, "the stand-in knows no such agent")

@@ -150,17 +150,12 @@ def reinforce(
     :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
     the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
     """
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
+    from agl_torch.warm_up import rl_after_warm_up
 
-    solver = (algorithm or LightningRLTorch)(
-        warm,
-        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
-        learner=LearnerSettings(lr=lr, seed=seed),
-        sampling=agl.SamplingSettings(max_tokens=48),
-        transitions=transitions or agl.TransitionBuilder(),
-        checkpoints=CheckpointSettings(every=0),
-    )
+    solver = rl_after_warm_up(
+        warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
+        max_tokens=48, seed=seed, transitions=transitions, algorithm=algorithm,
+    )  # fmt: skip
     trainer = agl.Trainer(
         algorithm={"solver": solver},
         run_dir=run_dir,

@@ -60,19 +60,22 @@ def demonstrations(
     *,
     run_dir: Path,
     right_share: float = 0.5,
+    fix_share: float = 1.0,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """The sloppy teacher's writer and rewriter conversations on ``tasks``: each chat request
     LangChain sends them, as sent, with the teacher's reply. The writer is right on
     ``right_share`` of the questions and writes the question's near miss on the others; the
-    rewriter then fixes half of those and repeats the near miss on the rest."""
+    rewriter then fixes ``fix_share`` of those and repeats the near miss on the rest."""
     from agl.testing.demonstrations import record_demonstrations
 
     rng = random.Random(seed)
     plan: dict[str, stand_in.Outcome] = {}
     for task in tasks:
         right = rng.random() < right_share
-        plan[str(task["id"])] = "right" if right else rng.choice(("caught", "stuck"))
+        plan[str(task["id"])] = (
+            "right" if right else "caught" if rng.random() < fix_share else "stuck"
+        )
     script = stand_in.script(tasks, plan)
     every = record_demonstrations(sql_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT)
     return [c for c in every if _system(c) != CHECKER_PROMPT]
@@ -88,6 +91,7 @@ def warm_up(
     *,
     epochs: int = 30,
     right_share: float = 0.5,
+    fix_share: float = 1.0,
     seed: int = 0,
     progress: bool = True,
     vocab_size: int = 2000,
@@ -98,7 +102,11 @@ def warm_up(
 
     train_part, _ = sql_questions.split(seed=seed)
     conversations = demonstrations(
-        train_part, run_dir=run_dir / "teacher", right_share=right_share, seed=seed
+        train_part,
+        run_dir=run_dir / "teacher",
+        right_share=right_share,
+        fix_share=fix_share,
+        seed=seed,
     )
     return warm_up_tiny_model(
         run_dir,
@@ -136,17 +144,12 @@ def reinforce(
     :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
     the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
     """
-    from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
+    from agl_torch.warm_up import rl_after_warm_up
 
-    policy = (algorithm or LightningRLTorch)(
-        warm,
-        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
-        learner=LearnerSettings(lr=lr, seed=seed),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
-        transitions=transitions or agl.TransitionBuilder(),
-        checkpoints=CheckpointSettings(every=0),
-    )
+    policy = rl_after_warm_up(
+        warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
+        max_tokens=max_tokens, seed=seed, transitions=transitions, algorithm=algorithm,
+    )  # fmt: skip
     train_part, val_part = sql_questions.split(seed=seed)
     rng = random.Random(seed + 2)
     picked = (rng.choice(train_part) for _ in range(steps * tasks_per_step))

@@ -70,3 +70,29 @@ def test_conversations_given_as_plain_message_lists_take_the_shared_tools(tmp_pa
     plain = [c["messages"] for c in _conversations()]
     warm = warm_up_tiny_model(tmp_path, plain, epochs=1, tools=[TOOL], progress=False)
     assert (warm / "config.json").is_file()
+
+
+def test_rl_after_warm_up_sets_a_short_run_up(tmp_path: Path) -> None:
+    import agl
+    from agl_torch.rl import LightningRLTorch
+    from agl_torch.warm_up import rl_after_warm_up
+
+    class Mine(LightningRLTorch):
+        pass
+
+    builder = agl.TransitionBuilder(credit="discounted")
+    rl = rl_after_warm_up(
+        tmp_path / "warm-model", steps=3, tasks_per_step=4, n_samples=2, lr=2e-3,
+        max_tokens=24, seed=5, transitions=builder, algorithm=Mine,
+    )  # fmt: skip
+    assert type(rl) is Mine
+    assert (rl.loop.max_steps, rl.loop.batch_size, rl.loop.n_samples) == (3, 4, 2)
+    assert (rl.learner.lr, rl.learner.seed) == (2e-3, 5)
+    assert rl.sampling.max_tokens == 24
+    assert rl.transitions is builder
+    assert rl.checkpoints.every == 0
+    default = rl_after_warm_up(
+        tmp_path / "warm-model", steps=1, tasks_per_step=1, n_samples=2, lr=1e-3, max_tokens=8
+    )
+    assert type(default) is LightningRLTorch
+    assert default.transitions.credit.name == "final"

@@ -6,7 +6,8 @@ the demonstrations themselves (the shortest token sequences for the task), then 
 on them for a few epochs: afterwards it acts as the demonstrations do, mistakes included, and
 RL improves on that. The quickstart and the task examples start this way; the demonstrations
 come from a scripted teacher (:class:`agl.testing.demonstrations.Demonstrations` records one in
-the agent's own wire format) or from any chat data.
+the agent's own wire format) or from any chat data. :func:`rl_after_warm_up` sets up the short
+RL run that follows.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["warm_up_tiny_model"]
+__all__ = ["rl_after_warm_up", "warm_up_tiny_model"]
 
 
 def warm_up_tiny_model(
@@ -115,6 +116,41 @@ def warm_up_tiny_model(
     warm = run_dir / "warm-model"
     learner.save_pretrained(warm)
     return warm
+
+
+def rl_after_warm_up(
+    model: str | Path,
+    *,
+    steps: int,
+    tasks_per_step: int,
+    n_samples: int,
+    lr: float,
+    max_tokens: int,
+    seed: int = 0,
+    transitions: Any = None,
+    algorithm: type[Any] | None = None,
+) -> Any:
+    """LightningRL on agl-torch for a short RL run from a warmed-up model: ``steps`` steps of
+    ``tasks_per_step`` tasks x ``n_samples`` samples, one update per step at ``lr``, replies
+    up to ``max_tokens``, no checkpoints (the run is minutes long).
+
+    ``transitions`` replaces the default :class:`agl.TransitionBuilder` (GRPO, the final
+    reward to every call); ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with
+    a subclass of it (to look at each step's batch, say). The trainer's concurrency should be
+    ``tasks_per_step * n_samples``, every rollout of a step in flight at once.
+    """
+    import agl
+    from agl_torch.rl import LightningRLTorch
+    from agl_torch.settings import CheckpointSettings, LearnerSettings
+
+    return (algorithm or LightningRLTorch)(
+        model,
+        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
+        learner=LearnerSettings(lr=lr, seed=seed),
+        sampling=agl.SamplingSettings(max_tokens=max_tokens),
+        transitions=transitions or agl.TransitionBuilder(),
+        checkpoints=CheckpointSettings(every=0),
+    )
 
 
 def _parts(conversation: Any) -> tuple[list[Any], Any]:
