@@ -250,7 +250,7 @@ def test_the_checker_runs_on_its_own_model(langchain_adapter: None, tmp_path: Pa
 
 def test_the_teachers_demonstrations(langchain_adapter: None, tmp_path: Path) -> None:
     questions = sql_questions.generated()[::10]
-    conversations = sql_training.demonstrations(questions, run_dir=tmp_path, seed=0)
+    conversations = sql_training.demonstrations(questions, run_dir=tmp_path, fix_share=0.5, seed=0)
     by_question: dict[str, list[tuple[str, str]]] = {}
     for conversation in conversations:
         system, user, reply = (m["content"] for m in conversation["messages"])
