@@ -131,13 +131,15 @@ def reinforce(
     lr: float = 1e-3,
     max_tokens: int = 32,
     seed: int = 0,
+    trained: Sequence[str] = ("writer", "rewriter"),
     console: Any = True,
     algorithm: type[Any] | None = None,
     transitions: agl.TransitionBuilder | None = None,
 ) -> agl.FitResult:
-    """Train the writer and the rewriter from the model in ``warm`` with LightningRL, the
-    checker the fixed stand-in; validate on the held-out questions (the first ``val_tasks``,
-    all by default) before the first step and after the last.
+    """Train the writer and the rewriter (the agents in ``trained``) from the model in
+    ``warm`` with LightningRL, the checker the fixed stand-in; validate on the held-out
+    questions (the first ``val_tasks``, all by default) before the first step and after the
+    last.
 
     ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
     look at each step's batch, say); ``transitions`` replaces the default
@@ -157,7 +159,7 @@ def reinforce(
     val = val_part[:val_tasks]
     with checker([*train_tasks, *val]) as fixed:
         trainer = agl.Trainer(
-            algorithm={"writer": policy, "rewriter": policy, "checker": None},
+            algorithm={**dict.fromkeys(trained, policy), "*": None},
             resources={"checker_llm": fixed},
             run_dir=run_dir,
             concurrency=tasks_per_step * n_samples,
