@@ -11,8 +11,9 @@ that is never wrong, and never trained. The **writer** and the **rewriter** are 
 tiny model, one model for both, trained together. With random weights it writes no SQL, so
 it starts from a **warm-up** (:func:`demonstrations`): the stand-in acts as a sloppy teacher
 whose writer writes the gold query for half the questions and a near miss for the others (a
-sibling template's query on the same value), and whose rewriter fixes the query on half of
-those and repeats the near miss on the others. The graph runs against it exactly as it will
+sibling template's query on the same value), and whose rewriter, after the checker's
+objection, writes the gold query (``fix_share`` of the time: always by default; otherwise it
+repeats the near miss). The graph runs against it exactly as it will
 in training; every chat request LangChain sends the writer and the rewriter, and the
 teacher's reply, is kept (:class:`agl.testing.demonstrations.Demonstrations`), and the tiny
 model (with a tokenizer trained on those conversations, each value of the database one token)
