@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from qa_agent import ANSWERER_PROMPT, RESEARCHER_PROMPT
 
-from agl.testing.openai_server import Reply, ToolCall, error_reply
+from agl.testing.openai_server import Reply, error_reply, tool_reply
 
 __all__ = ["HANDOFF", "Outcome", "Plan", "default_plan", "script"]
 
@@ -67,11 +67,11 @@ def script(
             if searched < len(task["hops"]):
                 query = {"query": task["hops"][searched]}
                 # short call ids, numbered in the conversation (a model copies them as is)
-                return Reply(tool_calls=(ToolCall("search", query, id=f"call_{searched + 1}"),))
+                return tool_reply("search", query, id=f"call_{searched + 1}")
             if outcome == "finish":
                 first, second = task["hops"]
                 return f"I searched for {first!r}, then for {second!r}; the answer is above."
-            return Reply(tool_calls=(ToolCall(HANDOFF, {}, id=f"call_{searched + 1}"),))
+            return tool_reply(HANDOFF, id=f"call_{searched + 1}")
         if system == ANSWERER_PROMPT:
             return str(task["bridge"] if outcome == "wrong" else task["answer"])
         return error_reply(400, "the stand-in knows no such agent")

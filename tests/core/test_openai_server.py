@@ -255,6 +255,14 @@ def test_tool_call(client: openai.OpenAI, server: OpenAIServer) -> None:
     assert (response.model_extra or {})["prompt_token_ids"] == prompt_ids(MESSAGES, TOOLS)
 
 
+def test_a_tool_call_with_its_own_id(client: openai.OpenAI, server: OpenAIServer) -> None:
+    server.script = lambda _: tool_reply("get_weather", {"city": "Paris"}, id="call_1")
+    response = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
+    calls = response.choices[0].message.tool_calls
+    assert calls is not None
+    assert [call.id for call in calls] == ["call_1"]
+
+
 def test_streamed_tool_calls_are_reassembled_by_the_client(
     client: openai.OpenAI, server: OpenAIServer
 ) -> None:

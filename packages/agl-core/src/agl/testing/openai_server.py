@@ -138,11 +138,13 @@ def tool_reply(
     name: str,
     arguments: Mapping[str, Any] | str | None = None,
     *,
+    id: str | None = None,
     delay: float = 0.0,
     chunk_delay: float = 0.0,
 ) -> Reply:
-    """Answer with one call of function ``name`` (for several, build a :class:`Reply`)."""
-    call = ToolCall(name, {} if arguments is None else arguments)
+    """Answer with one call of function ``name`` (for several, build a :class:`Reply`), whose
+    call id is ``id`` (default: a fresh one)."""
+    call = ToolCall(name, {} if arguments is None else arguments, id=id)
     return Reply(tool_calls=(call,), delay=delay, chunk_delay=chunk_delay)
 
 
