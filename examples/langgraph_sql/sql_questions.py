@@ -7,9 +7,16 @@ department, employee, customer, country, product, category, city and job title).
 whose gold query returns no rows is left out (any query that finds nothing would match it).
 
 Templates of one kind are **siblings** (the employees of a department, their number, their
-average salary, ...): each question carries ``wrong``, a near miss, a sibling's gold SQL on the
-same value, which returns other rows. It is the mistake a sloppy teacher makes
-(:mod:`sql_training`): a query that runs, on the right value, answering another question.
+average salary, ...): each question carries ``wrong``, a near miss, the gold SQL of its kind's
+first sibling (in :data:`TEMPLATES`' order) that returns other rows on the same value. It is
+the habit of a sloppy teacher (:mod:`sql_training`): for a question it does not read closely, it
+writes the query it writes most for that kind of name (a department's employees, an employee's
+manager, ...), which runs, on the right value, and answers another question.
+
+:func:`drills` asks each template about the names of the *other* kinds ("What is the budget
+of the Ada Fischer department?"): questions whose queries find nothing and which nobody scores,
+for the warm-up only. The teacher answers them as it answers any question, which shows the
+model that the wording picks the query and the name only fills its slot.
 
 :func:`split` holds out a quarter of each template's questions for validation: questions the
 model never saw, of templates it did.
@@ -25,7 +32,7 @@ from typing import Literal
 
 import company_db
 
-__all__ = ["TEMPLATES", "Template", "generated", "split", "values"]
+__all__ = ["TEMPLATES", "Template", "drills", "generated", "split", "values"]
 
 Kind = Literal[
     "department", "employee", "customer", "country", "product", "category", "city", "title"
@@ -143,14 +150,13 @@ def _generated() -> tuple[dict[str, str], ...]:
                     company_db.execute(s.sql.format(v=value)), rows, ordered=ordered
                 )
             ]
-            rng = random.Random(f"{template.id}/{value}")
             out.append(
                 {
                     "id": f"{template.id}/{value}",
                     "template": template.id,
                     "question": template.question.format(v=value),
                     "sql": sql,
-                    "wrong": rng.choice(misses),
+                    "wrong": misses[0],
                 }
             )
     return tuple(out)
@@ -161,6 +167,30 @@ def generated() -> list[dict[str, str]]:
     (``template/value``), ``template``, ``question``, gold ``sql`` and ``wrong`` (a near
     miss)."""
     return [dict(question) for question in _generated()]
+
+
+def drills(*, per_template: int = 6, seed: int = 0) -> list[dict[str, str]]:
+    """``per_template`` questions for each template, each about a name of another kind, drawn
+    with ``seed``: dicts as :func:`generated` makes (ids ``drill:template/value``), the near
+    miss the kind's first sibling. Their queries find nothing; they are for the warm-up's
+    teacher only, never scored."""
+    rng = random.Random(seed)
+    out: list[dict[str, str]] = []
+    for template in TEMPLATES:
+        default = next(t for t in TEMPLATES if t.kind == template.kind and t is not template)
+        own = set(values(template.kind))
+        others = sorted({v for kind in _VALUES for v in values(kind)} - own)
+        out.extend(
+            {
+                "id": f"drill:{template.id}/{value}",
+                "template": template.id,
+                "question": template.question.format(v=value),
+                "sql": template.sql.format(v=value),
+                "wrong": default.sql.format(v=value),
+            }
+            for value in rng.sample(others, per_template)
+        )
+    return out
 
 
 def split(

@@ -10,16 +10,20 @@ the query, compares its rows with the gold query's and objects when they differ:
 that is never wrong, and never trained. The **writer** and the **rewriter** are agl-torch's
 tiny model, one model for both, trained together. With random weights it writes no SQL, so
 it starts from a **warm-up** (:func:`demonstrations`): the stand-in acts as a sloppy teacher
-whose writer writes the gold query for half the questions and a near miss for the others (a
-sibling template's query on the same value), and whose rewriter, after the checker's
-objection, writes the gold query (``fix_share`` of the time: always by default; otherwise it
-repeats the near miss). The graph runs against it exactly as it will
-in training; every chat request LangChain sends the writer and the rewriter, and the
-teacher's reply, is kept (:class:`agl.testing.demonstrations.Demonstrations`), and the tiny
-model (with a tokenizer trained on those conversations, each value of the database one token)
-is fine-tuned on them. **RL** (LightningRL on agl-torch, GRPO over the samples of each
-question, ``{"writer": rl, "rewriter": rl, "checker": None}``) then has one habit to unlearn:
-answering a template's sibling.
+whose writer writes the gold query for ``right_share`` of the questions (30%) and its habit
+for the others, the question's near miss (its kind's first sibling on the same value: a
+department's employees when asked for its budget, ...), and whose rewriter, after the
+checker's objection, writes the gold query ``fix_share`` of the time (20%) and repeats the
+near miss otherwise. The graph runs against it exactly as it will in training; every chat
+request LangChain sends the writer and the rewriter, and the teacher's reply, is kept
+(:class:`agl.testing.demonstrations.Demonstrations`), and the tiny model (with a tokenizer
+trained on those conversations, each value of the database one token) is fine-tuned on them.
+The teacher also answers **drills** (:func:`sql_questions.drills`: the templates asked about
+names of other kinds), without which the tiny model learns which queries go with which name
+and, on a held-out question, writes one it saw with that name. **RL** (LightningRL on
+agl-torch, GRPO over the samples of each question, ``{"writer": rl, "rewriter": rl, "*":
+None}``) then has two habits to unlearn: the writer's near miss, and the rewriter's repeating
+it.
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ def demonstrations(
     tasks: Sequence[Mapping[str, Any]],
     *,
     run_dir: Path,
-    right_share: float = 0.5,
-    fix_share: float = 1.0,
+    right_share: float = 0.3,
+    fix_share: float = 0.2,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """The sloppy teacher's writer and rewriter conversations on ``tasks``: each chat request
@@ -91,19 +95,21 @@ def warm_up(
     run_dir: Path,
     *,
     epochs: int = 30,
-    right_share: float = 0.5,
-    fix_share: float = 1.0,
+    right_share: float = 0.3,
+    fix_share: float = 0.2,
     seed: int = 0,
     progress: bool = True,
     vocab_size: int = 2000,
+    drills: int = 6,
 ) -> Path:
     """The tiny model, built and fine-tuned on the sloppy teacher's conversations on the
-    training questions; returns its folder (``run_dir/warm-model``)."""
+    training questions and ``drills`` drills per template (:func:`sql_questions.drills`);
+    returns its folder (``run_dir/warm-model``)."""
     from agl_torch.warm_up import warm_up_tiny_model
 
     train_part, _ = sql_questions.split(seed=seed)
     conversations = demonstrations(
-        train_part,
+        [*train_part, *sql_questions.drills(per_template=drills, seed=seed)],
         run_dir=run_dir / "teacher",
         right_share=right_share,
         fix_share=fix_share,
@@ -129,7 +135,8 @@ def reinforce(
     tasks_per_step: int = 8,
     n_samples: int = 8,
     val_tasks: int | None = None,
-    lr: float = 1e-3,
+    val_repeats: int = 2,
+    lr: float = 2e-3,
     max_tokens: int = 32,
     seed: int = 0,
     trained: Sequence[str] = ("writer", "rewriter"),
@@ -139,8 +146,9 @@ def reinforce(
 ) -> agl.FitResult:
     """Train the writer and the rewriter (the agents in ``trained``) from the model in
     ``warm`` with LightningRL, the checker the fixed stand-in; validate on the held-out
-    questions (the first ``val_tasks``, all by default) before the first step and after the
-    last.
+    questions (the first ``val_tasks``, all by default), each asked ``val_repeats`` times (the
+    agents sample at temperature 1: one answer each would be a noisy measure), before the
+    first step and after the last.
 
     ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
     look at each step's batch, say); ``transitions`` replaces the default
@@ -157,7 +165,8 @@ def reinforce(
     rng = random.Random(seed + 2)
     picked = (rng.choice(train_part) for _ in range(steps * tasks_per_step))
     train_tasks = [{**task, "id": f"{task['id']}@{i}"} for i, task in enumerate(picked)]
-    val = val_part[:val_tasks]
+    asked = val_part[:val_tasks]
+    val = [{**task, "id": f"{task['id']}#{k}"} for k in range(val_repeats) for task in asked]
     with checker([*train_tasks, *val]) as fixed:
         trainer = agl.Trainer(
             algorithm={**dict.fromkeys(trained, policy), "*": None},

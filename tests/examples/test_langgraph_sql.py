@@ -205,11 +205,36 @@ def test_generated_questions_have_rows_and_a_near_miss_from_a_sibling() -> None:
         assert gold != [(None,)]
         value = question["id"].split("/", 1)[1]
         assert question["question"] == template.question.format(v=value)
-        siblings = {
-            t.sql.format(v=value) for t in templates.values() if t.kind == template.kind
-        } - {question["sql"]}
-        assert question["wrong"] in siblings
-        assert company_db.reward(question["wrong"], question["sql"]) == 0.0
+        siblings = [
+            t.sql.format(v=value)
+            for t in sql_questions.TEMPLATES
+            if t.kind == template.kind and t is not template
+        ]
+        # the kind's first sibling that answers otherwise: the teacher's one habit per kind
+        misses = [s for s in siblings if company_db.reward(s, question["sql"]) == 0.0]
+        assert question["wrong"] == misses[0]
+
+
+def test_drills_ask_each_template_about_names_of_other_kinds() -> None:
+    drills = sql_questions.drills(per_template=3, seed=4)
+    assert len(drills) == 3 * len(sql_questions.TEMPLATES)
+    real = {q["id"] for q in sql_questions.generated()}
+    assert not real & {d["id"] for d in drills}
+    for template in sql_questions.TEMPLATES:
+        mine = [d for d in drills if d["template"] == template.id]
+        assert len(mine) == 3
+        first_sibling = next(
+            t for t in sql_questions.TEMPLATES if t.kind == template.kind and t is not template
+        )
+        for drill in mine:
+            value = drill["id"].split("/", 1)[1]
+            assert value not in sql_questions.values(template.kind)
+            assert value in sql_questions.values()
+            assert drill["question"] == template.question.format(v=value)
+            assert drill["sql"] == template.sql.format(v=value)
+            assert drill["wrong"] == first_sibling.sql.format(v=value)
+    assert sql_questions.drills(per_template=3, seed=4) == drills
+    assert sql_questions.drills(per_template=3, seed=5) != drills
 
 
 def test_split_holds_out_a_quarter_of_each_template() -> None:
