@@ -14,9 +14,10 @@ writes the query it writes most for that kind of name (a department's employees,
 manager, ...), which runs, on the right value, and answers another question.
 
 :func:`drills` asks each template about the names of the *other* kinds ("What is the budget
-of the Ada Fischer department?"): questions whose queries find nothing and which nobody scores,
-for the warm-up only. The teacher answers them as it answers any question, which shows the
-model that the wording picks the query and the name only fills its slot.
+of the Ada Fischer department?"): questions whose queries find nothing (or count zero) and
+which nobody scores, for the warm-up only. The teacher answers them as it answers any
+question, which shows the model that the wording picks the query and the name only fills its
+slot.
 
 :func:`split` holds out a quarter of each template's questions for validation: questions the
 model never saw, of templates it did.
@@ -172,14 +173,14 @@ def generated() -> list[dict[str, str]]:
 def drills(*, per_template: int = 6, seed: int = 0) -> list[dict[str, str]]:
     """``per_template`` questions for each template, each about a name of another kind, drawn
     with ``seed``: dicts as :func:`generated` makes (ids ``drill:template/value``), the near
-    miss the kind's first sibling. Their queries find nothing; they are for the warm-up's
-    teacher only, never scored."""
+    miss the kind's first sibling. Their queries find nothing (or count zero); they are for
+    the warm-up's teacher only, never scored."""
     rng = random.Random(seed)
+    every = set(values())
     out: list[dict[str, str]] = []
     for template in TEMPLATES:
         default = next(t for t in TEMPLATES if t.kind == template.kind and t is not template)
-        own = set(values(template.kind))
-        others = sorted({v for kind in _VALUES for v in values(kind)} - own)
+        others = sorted(every - set(values(template.kind)))
         out.extend(
             {
                 "id": f"drill:{template.id}/{value}",

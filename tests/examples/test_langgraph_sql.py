@@ -8,6 +8,7 @@ built in code for two steps, the checker on a fixed model of its own.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import sys
@@ -218,8 +219,9 @@ def test_generated_questions_have_rows_and_a_near_miss_from_a_sibling() -> None:
 def test_drills_ask_each_template_about_names_of_other_kinds() -> None:
     drills = sql_questions.drills(per_template=3, seed=4)
     assert len(drills) == 3 * len(sql_questions.TEMPLATES)
-    real = {q["id"] for q in sql_questions.generated()}
-    assert not real & {d["id"] for d in drills}
+    real = sql_questions.generated()
+    assert not {q["id"] for q in real} & {d["id"] for d in drills}
+    assert not {q["question"] for q in real} & {d["question"] for d in drills}
     for template in sql_questions.TEMPLATES:
         mine = [d for d in drills if d["template"] == template.id]
         assert len(mine) == 3
@@ -349,3 +351,17 @@ def test_training_the_writer_and_the_rewriter(
             assert sql_agent.CHECKER_PROMPT not in prompt
     vals = [row for row in result.history if "val/reward/mean" in row]
     assert [row["step"] for row in vals] == [0, 2]
+    # each of the 2 held-out questions asked twice (val_repeats), at both validations
+    page = asyncio.run(_val_rollouts(f"sqlite:///{tmp_path}/store.db"))
+    assert page.total == 8
+    assert (
+        Counter(r.input["question"] for r in page.rollouts)
+        == {  # type: ignore[index]
+            q["question"]: 4 for q in sql_questions.split(seed=0)[1][:2]
+        }
+    )
+
+
+async def _val_rollouts(url: str) -> Any:
+    async with agl.open_store(url) as store:
+        return await store.query_rollouts(mode="val")
