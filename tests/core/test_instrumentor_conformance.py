@@ -81,3 +81,15 @@ def test_the_recording_server_notes_an_exchange_before_the_client_has_the_reply(
                 model="m", messages=[{"role": "user", "content": "agl late closing"}]
             )
         assert server.response_ids("agl late closing") == {reply.id}
+
+
+def test_the_recording_server_notes_a_stream_before_the_client_stops_reading_it() -> None:
+    """The OpenAI SDK closes a stream at ``data: [DONE]``, before the body's closing message."""
+    with _LateClosingRecordingServer() as server:
+        with openai.OpenAI(base_url=server.url, api_key="t", max_retries=0) as client:
+            stream = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "agl late stream"}], stream=True
+            )
+            ids = {chunk.id for chunk in stream}
+        assert ids
+        assert server.response_ids("agl late stream") == ids

@@ -72,7 +72,9 @@ class RecordingOpenAIServer(OpenAIServer):
 
     :attr:`exchanges` holds ``(request body text, [response ids])`` per request; the ids are the
     top-level ``id`` of a JSON body or of stream chunks, and ``response.id`` of Responses API
-    stream events. An exchange is noted before the response's last bytes leave the server.
+    stream events. Each piece of a response has its ids noted before it leaves the server: a
+    client may stop reading once it has what it needs (the OpenAI SDK closes a stream at
+    ``data: [DONE]``, before the body's end), and must still find its ids here when it returns.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -97,8 +99,7 @@ class RecordingOpenAIServer(OpenAIServer):
                 await app(scope, receive, send)
                 return
             request, response = bytearray(), bytearray()
-            length: int | None = None  # the Content-Length the response announced, if any
-            noted = False
+            exchange: int | None = None  # this request's index in self._exchanges, once answered
 
             async def receive_body() -> Any:
                 message = await receive()
@@ -107,22 +108,16 @@ class RecordingOpenAIServer(OpenAIServer):
                 return message
 
             async def send_body(message: Any) -> None:
-                nonlocal length, noted
+                nonlocal exchange
                 if message["type"] == "http.response.start":
-                    for name, value in message.get("headers", []):
-                        if name.lower() == b"content-length":
-                            length = int(value)
-                elif message["type"] == "http.response.body" and not noted:
+                    with self._lock:
+                        exchange = len(self._exchanges)
+                        self._exchanges.append((request.decode("utf-8", "replace"), []))
+                elif message["type"] == "http.response.body" and exchange is not None:
                     response.extend(message.get("body", b""))
-                    # A client has the whole reply once Content-Length bytes are sent, which can
-                    # be before the closing empty message (a middleware's streamed body): note
-                    # the exchange before the bytes that complete it leave.
-                    last = not message.get("more_body", False)
-                    if last or (length is not None and len(response) >= length):
-                        noted = True
-                        ids = _response_ids(bytes(response))
-                        with self._lock:
-                            self._exchanges.append((request.decode("utf-8", "replace"), ids))
+                    ids = _response_ids(bytes(response))  # a body cut mid-document: what is whole
+                    with self._lock:
+                        self._exchanges[exchange] = (self._exchanges[exchange][0], ids)
                 await send(message)
 
             await app(scope, receive_body, send_body)
@@ -360,4 +355,5 @@ class InstrumentorConformance:
         instrumentor.instrument()
         _, _, prompt, spans = await self._rollout(tracer, llm_call, openai_server)
         recorded = {s.attributes.get(semconv.GEN_AI_RESPONSE_ID) for s in _llm_spans(spans)}
-        assert recorded & openai_server.response_ids(prompt)
+        sent = openai_server.response_ids(prompt)
+        assert recorded & sent, f"LLM spans name {recorded}, the server sent {sent}"
