@@ -197,3 +197,16 @@ def test_sft_batches_pad_right_and_never_train_the_first_token() -> None:
     # Nothing predicts a sequence's first token: its label is dropped.
     assert batch.labels_mask.tolist() == [[False, False, True, True], [False, True, True, False]]
     assert (batch.tokens, batch.trained_tokens) == (7, 4)
+
+
+def test_sft_can_train_on_the_last_assistant_turn_only(tokenizer: Any) -> None:
+    built = sft_examples_from_messages(
+        tokenizer, [{"messages": CONVERSATION, "tools": TOOLS}], max_length=512, train_on="last"
+    )
+
+    (example,) = built.examples
+    trained = [t for t, keep in zip(example.input_ids, example.labels_mask, strict=True) if keep]
+    assert tokenizer.decode(trained) == f"The answer is 84.{END_OF_TURN}"
+    with pytest.raises(InvalidInputError, match="train_on") as error:
+        sft_examples_from_messages(tokenizer, [CONVERSATION], max_length=512, train_on="first")  # type: ignore[arg-type]
+    assert error.value.field == "train_on"

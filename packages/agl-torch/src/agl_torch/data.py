@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -33,6 +33,7 @@ __all__ = [
     "SFTBatch",
     "SFTExample",
     "SFTExamples",
+    "TrainOn",
     "rl_batches",
     "sft_batches",
     "sft_examples_from_messages",
@@ -184,19 +185,28 @@ def rl_batches(
     return batches
 
 
+TrainOn = Literal["all", "last"]
+"""Which assistant turns of a conversation SFT trains on: ``"all"`` of them (a chat dataset's
+conversations), or only the ``"last"`` (the reply to a recorded request, whose earlier
+assistant turns are another agent's replies, or this agent's own, each already recorded as the
+reply to its own request)."""
+
+
 def sft_examples_from_messages(
     tokenizer: Any,
     conversations: Iterable[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     max_length: int,
+    train_on: TrainOn = "all",
 ) -> SFTExamples:
     """Render chat conversations with the tokenizer's template; train on assistant tokens.
 
     The tokens trained are those the template wraps in ``{% generation %}`` (the assistant
     turns: their text, tool calls and end-of-turn token), as
-    ``apply_chat_template(..., return_assistant_tokens_mask=True)`` reports them. Samples that
-    cannot be trained are dropped and counted in :attr:`SFTExamples.dropped`, never truncated.
+    ``apply_chat_template(..., return_assistant_tokens_mask=True)`` reports them; with
+    ``train_on="last"``, those of the last assistant turn only. Samples that cannot be trained
+    are dropped and counted in :attr:`SFTExamples.dropped`, never truncated.
 
     Args:
         tokenizer: A Hugging Face tokenizer whose chat template marks assistant turns with
@@ -205,11 +215,16 @@ def sft_examples_from_messages(
             ``"messages"`` and optionally ``"tools"`` (which overrides ``tools``).
         tools: OpenAI-format tool definitions rendered into every conversation.
         max_length: Conversations longer than this many tokens are dropped.
+        train_on: ``"all"`` assistant turns, or the ``"last"`` one only (see :data:`TrainOn`).
 
     Raises:
-        InvalidInputError: the chat template has no ``{% generation %}`` block, or a
-            conversation is a dict without ``"messages"``.
+        InvalidInputError: the chat template has no ``{% generation %}`` block, a
+            conversation is a dict without ``"messages"``, or ``train_on`` is neither.
     """
+    if train_on not in ("all", "last"):
+        raise InvalidInputError(
+            f"train_on must be 'all' or 'last' (got {train_on!r})", field="train_on"
+        )
     if not _GENERATION_TAG.search(tokenizer.chat_template or ""):
         raise InvalidInputError(
             "the tokenizer's chat template does not mark assistant turns with "
@@ -238,6 +253,8 @@ def sft_examples_from_messages(
         )
         input_ids = list(encoded["input_ids"])
         labels_mask = list(encoded["assistant_masks"])
+        if train_on == "last":
+            labels_mask = _last_turn(labels_mask)
         if len(input_ids) > max_length:
             kept.dropped["too_long"] += 1
         elif not any(labels_mask):
@@ -245,6 +262,17 @@ def sft_examples_from_messages(
         else:
             kept.examples.append(SFTExample(input_ids, labels_mask))
     return kept
+
+
+def _last_turn(mask: list[int]) -> list[int]:
+    """``mask`` with only its last run of ones kept (a turn's tokens are contiguous)."""
+    end = len(mask)
+    while end and not mask[end - 1]:
+        end -= 1
+    start = end
+    while start and mask[start - 1]:
+        start -= 1
+    return [1 if start <= i < end else 0 for i in range(len(mask))]
 
 
 def sft_examples_from_transitions(transitions: Iterable[Transition]) -> list[SFTExample]:

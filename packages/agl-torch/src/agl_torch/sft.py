@@ -44,7 +44,7 @@ from agl_torch.served_policy import MODEL_ENV, ServedPolicy
 from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSettings
 
 if TYPE_CHECKING:
-    from agl_torch.data import SFTExample
+    from agl_torch.data import SFTExample, TrainOn
 
 __all__ = ["SFTTorch", "best_transitions", "train_on_messages"]
 
@@ -59,6 +59,7 @@ def train_on_messages(
     max_length: int = 2048,
     seed: int = 0,
     on_step: Callable[[int, int, dict[str, float]], None] | None = None,
+    train_on: TrainOn = "all",
 ) -> list[dict[str, float]]:
     """Fine-tune ``learner``'s model on chat conversations; return each epoch's metrics.
 
@@ -71,6 +72,8 @@ def train_on_messages(
         max_length: Longer conversations are dropped (counted in ``dropped/too_long``).
         on_step: Called after each optimizer step with (step, steps in all, metrics), for a
             progress display.
+        train_on: ``"all"`` assistant turns, or the ``"last"`` one only (demonstrations
+            recorded per request: :data:`agl_torch.data.TrainOn`).
     """
     from agl_torch.data import sft_examples_from_messages
 
@@ -79,7 +82,7 @@ def train_on_messages(
             f"epochs must be >= 0 and batch_size >= 1 (got {epochs}, {batch_size})"
         )
     built = sft_examples_from_messages(
-        learner.tokenizer, conversations, tools=tools, max_length=max_length
+        learner.tokenizer, conversations, tools=tools, max_length=max_length, train_on=train_on
     )
     examples = built.examples
     if not examples and conversations:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agl_torch.data import TrainOn
 
 __all__ = ["rl_after_warm_up", "warm_up_tiny_model"]
 
@@ -38,6 +41,7 @@ def warm_up_tiny_model(
     device: str | None = None,
     progress: bool = True,
     console: Any = None,
+    train_on: TrainOn = "all",
 ) -> Path:
     """Build the tiny model for ``conversations``, fine-tune it on them, save it; return its
     folder (``run_dir/warm-model``; the untrained one is ``run_dir/base-model``).
@@ -54,6 +58,9 @@ def warm_up_tiny_model(
         max_position_embeddings: The longest sequence the model takes.
         device: Where the fine-tuning runs (default: CUDA when present).
         progress: Show a progress bar (on ``console``, a ``rich`` console; stderr by default).
+        train_on: ``"all"`` assistant turns, or the ``"last"`` one only: for conversations
+            recorded per request (:func:`agl.testing.demonstrations.record_demonstrations`),
+            whose earlier assistant turns are other agents' replies or already recorded.
     """
     from rich.console import Console
     from rich.progress import Progress
@@ -105,6 +112,7 @@ def warm_up_tiny_model(
             max_length=max_length,
             seed=seed,
             on_step=on_step,
+            train_on=train_on,
         )
     if history:
         dropped = {k: int(v) for k, v in history[-1].items() if k.startswith("dropped/") and v}
