@@ -14,8 +14,10 @@ Timed, in this process:
 - **generation over HTTP**: the same ``--batch`` concurrent chat requests through the policy
   server with the ``openai`` client (token ids and logprobs on, as the gateway asks);
 - **training**: :meth:`agl_torch.learner.Learner.rl_step` on ``--batch`` transitions of
-  ``--prompt`` + ``--new-tokens`` tokens (prompt and response tokens per second; median of
-  ``--repeat`` steps after one warm-up step);
+  ``--prompt`` + ``--new-tokens`` tokens, and ``sft_step`` on the same sequences trained on
+  their responses (prompt and response tokens per second; median of ``--repeat`` steps after
+  one warm-up step); each beside the baseline that computes the vocabulary logits at every
+  position instead of only where a token is trained;
 - **a quickstart run** of ``--steps`` RL steps (runner, gateway, policy server, SQLite store,
   LightningRL, update, weight swap): the share of a step spent in rollouts, the update, the
   weight swap, and the rest (reading traces, building transitions, logging).
@@ -33,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 
 def _model(directory: Path, layers: int, width: int) -> Path:
@@ -177,6 +180,7 @@ def bench_training(
     import torch
 
     from agl.lightning import Transition
+    from agl_torch.data import SFTExample
     from agl_torch.learner import Learner
     from agl_torch.policy import load_policy, token_logprobs
     from agl_torch.settings import LearnerSettings
@@ -202,9 +206,23 @@ def bench_training(
                 group_id=f"g{index // 8}",
             )
         )
-    learner.rl_step(transitions)  # warm-up
-    rates = [learner.rl_step(transitions)["tokens/s"] for _ in range(repeat)]
-    return {f"rl_step, {batch} x {prompt + new_tokens} tokens": statistics.median(rates)}
+    examples = [SFTExample(t.prompt_ids + t.response_ids, _response_mask(t)) for t in transitions]
+    shape = f"{batch} x {prompt + new_tokens} tokens"
+    figures = {}
+    for how, everywhere in (("logits where trained", False), ("logits everywhere", True)):
+        # the baseline: the output layer at every position, as before agl-torch kept only
+        # the positions some row trains on
+        with mock.patch("agl_torch.policy._keeps_logits", return_value=not everywhere):
+            learner.rl_step(transitions)  # warm-up
+            rates = [learner.rl_step(transitions)["tokens/s"] for _ in range(repeat)]
+            figures[f"rl_step, {shape}, {how}"] = statistics.median(rates)
+            rates = [learner.sft_step(examples)["tokens/s"] for _ in range(repeat)]
+            figures[f"sft_step, {shape}, {how}"] = statistics.median(rates)
+    return figures
+
+
+def _response_mask(transition: Any) -> list[int]:
+    return [0] * len(transition.prompt_ids) + [1] * len(transition.response_ids)
 
 
 def bench_loop(directory: Path, device: str, steps: int) -> dict[str, float]:
@@ -267,7 +285,7 @@ def main() -> None:
         )
         for name, value in figures.items():
             unit = "" if "largest" in name else " tokens/s"
-            print(f"{name:<40} {value:>10,.0f}{unit}")
+            print(f"{name:<58} {value:>10,.0f}{unit}")
         if args.steps:
             for name, value in bench_loop(directory, device, args.steps).items():
                 print(f"quickstart: {name:<42} {value:>8.2f}")

@@ -8,10 +8,12 @@ tokenizer, behaviour logprobs from the model itself (so importance ratios start 
 from __future__ import annotations
 
 import copy
+import functools
 import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -144,6 +146,31 @@ def test_token_logprobs_match_log_softmax_with_padding_on_either_side(model: Any
     assert padded_right[:, 0].tolist() == [0.0, 0.0]
     assert padded_right[1, 3:].tolist() == [0.0, 0.0, 0.0]
     assert padded_left[1, :4].tolist() == [0.0] * 4
+
+
+def test_token_logprobs_of_the_needed_tokens_only_match_the_full_ones(model: Any) -> None:
+    ids = torch.tensor([[5, 17, 33, 2, 40, 41], [0, 0, 7, 8, 9, 10]])
+    mask = torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]])
+    needed = torch.tensor([[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    seen: list[Any] = []
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("logits_to_keep"))
+        return forward(*args, **kwargs)
+
+    with torch.no_grad():
+        full = token_logprobs(model, ids, mask, temperature=2.0)
+        with mock.patch.object(model, "forward", spying):
+            part = token_logprobs(model, ids, mask, temperature=2.0, needed=needed)
+            nothing = token_logprobs(model, ids, mask, needed=torch.zeros_like(needed))
+
+    torch.testing.assert_close(part[needed], full[needed], atol=1e-5, rtol=0)
+    assert part[~needed].tolist() == [0.0] * int((~needed).sum())
+    assert seen[0].tolist() == [2, 3, 4]  # the logits predicting columns 3, 4 and 5 only
+    assert len(seen) == 1  # nothing needed: no forward pass
+    assert nothing.abs().sum() == 0
 
 
 # --- RL -------------------------------------------------------------------------------------

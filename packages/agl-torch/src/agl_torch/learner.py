@@ -194,7 +194,9 @@ class Learner:
         totals = {"loss": 0.0, "grad_norm": 0.0, "skipped": 0.0}
         with self._training():
             for batch in batches:
-                logprobs = token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+                logprobs = token_logprobs(
+                    self.model, batch.input_ids, batch.attention_mask, needed=batch.labels_mask
+                )
                 loss = sft_loss(logprobs, batch.labels_mask, trained_tokens)
                 torch.autograd.backward(loss)
                 totals["loss"] += loss.item()
@@ -334,7 +336,7 @@ class Learner:
         trained_tokens = sum(b.trained_tokens for b in batches)
         ratio_max = importance_max = 0.0
         for index, batch in enumerate(batches):
-            logprobs = token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+            logprobs = _response_logprobs(self.model, batch)
             loss, stats = policy_loss(
                 logprobs,
                 batch.old_logprobs,
@@ -398,21 +400,21 @@ class Learner:
     @torch.no_grad()
     def _reference_logprobs(self, batch: RLBatch) -> torch.Tensor:
         if self.reference is not None:
-            return token_logprobs(self.reference, batch.input_ids, batch.attention_mask)
+            return _response_logprobs(self.reference, batch)
         with self.model.disable_adapter():
-            return token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+            return _response_logprobs(self.model, batch)
 
     @torch.no_grad()
     def _current_logprobs(self, batch: RLBatch) -> torch.Tensor:
         """The logprobs the weights give the batch now, before the update (eval mode)."""
-        return token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+        return _response_logprobs(self.model, batch)
 
     @torch.no_grad()
     def _with_behaviour_logprobs(self, batch: RLBatch) -> RLBatch:
         unknown = torch.isnan(batch.old_logprobs)
         if not unknown.any():
             return batch
-        current = token_logprobs(self.model, batch.input_ids, batch.attention_mask)
+        current = _response_logprobs(self.model, batch)
         return replace(batch, old_logprobs=torch.where(unknown, current, batch.old_logprobs))
 
     def _load_weights(self, folder: Path) -> None:
@@ -493,3 +495,8 @@ def _numpy_rng_state() -> list[Any]:
     state: Any = np.random.get_state(legacy=True)
     name, keys, position, has_gauss, cached = state
     return [name, keys.tolist(), int(position), int(has_gauss), float(cached)]
+
+
+def _response_logprobs(model: Any, batch: RLBatch) -> torch.Tensor:
+    """The logprobs ``model`` gives the batch's response tokens (0 elsewhere)."""
+    return token_logprobs(model, batch.input_ids, batch.attention_mask, needed=batch.response_mask)

@@ -12,6 +12,7 @@ whole ``[B, T, V]`` logits of a half-precision model.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -90,6 +91,7 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     *,
     temperature: float = 1.0,
+    needed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The logprob of every token given the tokens before it, aligned with ``input_ids``.
 
@@ -98,6 +100,12 @@ def token_logprobs(
     first token, which nothing predicts, and padding hold 0. Padding may be on either side:
     position ids are counted over the attended tokens only.
 
+    With ``needed`` (the tokens the caller reads: SFT's labels, RL's response), only those hold
+    logprobs and the rest 0, and the vocabulary logits are computed only at the columns some
+    row needs (the model's ``logits_to_keep``, when it takes one): a prompt's or a tool
+    result's tokens cost the transformer's layers but not the output layer, often most of the
+    work of a small model.
+
     Differentiable; call it under ``torch.no_grad()`` for behaviour or reference logprobs.
 
     Args:
@@ -105,6 +113,7 @@ def token_logprobs(
         input_ids: ``[B, T]`` token ids.
         attention_mask: ``[B, T]``, 1 on real tokens, 0 on padding.
         temperature: Divides the logits.
+        needed: ``[B, T]`` bool, True on the tokens whose logprobs are wanted (all if None).
 
     Returns:
         A float32 ``[B, T]`` tensor.
@@ -112,13 +121,38 @@ def token_logprobs(
     if input_ids.shape[0] == 0 or input_ids.shape[1] < 2:
         return torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     positions = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=positions,
-        use_cache=False,
-    ).logits[:, :-1]
-    targets = input_ids[:, 1:]
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": positions,
+        "use_cache": False,
+    }
+    padding = (attention_mask == 0) | (positions == 0)
+    if needed is None or not _keeps_logits(model):
+        logits = model(**inputs).logits[:, :-1]
+        logprobs = _gathered(logits, input_ids[:, 1:], temperature)
+        logprobs = torch.nn.functional.pad(logprobs, (1, 0))
+    else:
+        needed = needed.bool()
+        # the logits at column t predict token t + 1
+        columns = needed[:, 1:].any(dim=0).nonzero().squeeze(-1)
+        logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+        if columns.numel():
+            logits = model(**inputs, logits_to_keep=columns).logits
+            kept = _gathered(logits, input_ids[:, columns + 1], temperature)
+            logprobs = logprobs.index_copy(1, columns + 1, kept)
+        padding = padding | ~needed
+    return logprobs.masked_fill(padding, 0.0)
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (a PEFT model: its base's)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _gathered(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log_softmax(logits / temperature)`` at ``targets``, ``[B, W]`` float32."""
     batch, width = targets.shape
     rows = min(batch, max(1, _LOGPROB_CHUNK_TOKENS // width))
     columns = min(width, max(1, _LOGPROB_CHUNK_TOKENS // rows))
@@ -134,5 +168,4 @@ def token_logprobs(
             target = targets[row : row + rows, column : column + columns, None]
             pieces.append(chunk.gather(-1, target).squeeze(-1) - chunk.logsumexp(dim=-1))
         blocks.append(torch.cat(pieces, dim=1))
-    logprobs = torch.nn.functional.pad(torch.cat(blocks), (1, 0))
-    return logprobs.masked_fill((attention_mask == 0) | (positions == 0), 0.0)
+    return torch.cat(blocks)
