@@ -246,6 +246,6 @@ def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
     vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
     assert len(vals) == 2
     before, after = vals
-    assert after >= before + 0.1, vals  # 0.45 -> 0.75 in the README's run
+    assert after >= before + 0.1, vals  # seed 0 in the README: 0.025 -> 0.450
     assert after >= 0.2, vals
     assert (tmp_path / "reward.png").is_file()
