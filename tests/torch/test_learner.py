@@ -173,6 +173,25 @@ def test_token_logprobs_of_the_needed_tokens_only_match_the_full_ones(model: Any
     assert nothing.abs().sum() == 0
 
 
+def test_token_logprobs_of_a_model_without_logits_to_keep_hold_the_needed_tokens_only(
+    model: Any,
+) -> None:
+    ids = torch.tensor([[5, 17, 33, 2, 40, 41]])
+    needed = torch.tensor([[0, 0, 1, 1, 0, 0]], dtype=torch.bool)
+    forward = model.forward
+
+    def plain(input_ids: Any, attention_mask: Any, position_ids: Any, use_cache: Any) -> Any:
+        return forward(input_ids, attention_mask, position_ids=position_ids, use_cache=use_cache)
+
+    with torch.no_grad():
+        full = token_logprobs(model, ids, torch.ones_like(ids))
+        with mock.patch.object(model, "forward", plain):
+            part = token_logprobs(model, ids, torch.ones_like(ids), needed=needed)
+
+    torch.testing.assert_close(part[needed], full[needed], atol=1e-5, rtol=0)
+    assert part[~needed].tolist() == [0.0] * 4
+
+
 # --- RL -------------------------------------------------------------------------------------
 
 

@@ -127,22 +127,22 @@ def token_logprobs(
         "position_ids": positions,
         "use_cache": False,
     }
-    padding = (attention_mask == 0) | (positions == 0)
+    unread = (attention_mask == 0) | (positions == 0)
+    if needed is not None:
+        unread = unread | ~needed.bool()
     if needed is None or not _keeps_logits(model):
         logits = model(**inputs).logits[:, :-1]
         logprobs = _gathered(logits, input_ids[:, 1:], temperature)
         logprobs = torch.nn.functional.pad(logprobs, (1, 0))
     else:
-        needed = needed.bool()
         # the logits at column t predict token t + 1
-        columns = needed[:, 1:].any(dim=0).nonzero().squeeze(-1)
+        columns = needed.bool()[:, 1:].any(dim=0).nonzero().squeeze(-1)
         logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
         if columns.numel():
             logits = model(**inputs, logits_to_keep=columns).logits
             kept = _gathered(logits, input_ids[:, columns + 1], temperature)
             logprobs = logprobs.index_copy(1, columns + 1, kept)
-        padding = padding | ~needed
-    return logprobs.masked_fill(padding, 0.0)
+    return logprobs.masked_fill(unread, 0.0)
 
 
 def _keeps_logits(model: Any) -> bool:

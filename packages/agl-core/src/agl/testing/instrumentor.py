@@ -117,7 +117,7 @@ class RecordingOpenAIServer(OpenAIServer):
                     response.extend(message.get("body", b""))
                     ids = _response_ids(bytes(response))  # a body cut mid-document: what is whole
                     with self._lock:
-                        self._exchanges[exchange] = (self._exchanges[exchange][0], ids)
+                        self._exchanges[exchange] = (request.decode("utf-8", "replace"), ids)
                 await send(message)
 
             await app(scope, receive_body, send_body)
