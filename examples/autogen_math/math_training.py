@@ -6,15 +6,16 @@ expression follows; a variant is kept only when its answer is a whole, non-negat
 Training and validation problems are drawn with different seeds.
 
 A tiny model with random weights never calls a tool, so it starts from a **warm-up**
-(:func:`demonstrations`): the stand-in model acts as a sloppy teacher, who writes the right
-expression for half the problems and swaps its first operator for the others, and the agent
-runs against it exactly as it will against the tiny model. Every chat request AutoGen sends
-(its system message, the calculator's schema, the tool result coming back) and the teacher's
-reply is kept (:class:`agl.testing.demonstrations.Demonstrations`), and the tiny model is
-fine-tuned on those conversations: afterwards it calls the calculator and quotes its result,
-with the right operator about half of the time. **RL** (LightningRL on agl-torch, GRPO over
-the samples of each problem) then has a reward to raise: the share of problems whose
-expression, and so whose answer, is right.
+(:func:`demonstrations`): the stand-in model acts as a sloppy teacher, who calls the
+calculator with the right expression for half the problems and guesses a near-miss answer
+without it for the others, and the agent runs against it exactly as it will against the tiny
+model. Every chat request AutoGen sends (its system message, the calculator's schema, the tool
+result coming back) and the teacher's reply is kept
+(:class:`agl.testing.demonstrations.Demonstrations`), and the tiny model is fine-tuned on
+those conversations: afterwards it calls the calculator about half of the time, not always
+with the problem's numbers. **Training** then has a reward to raise, the share of problems
+answered right: by default each step fine-tunes on the samples that were right (``method=
+"successes"``), or runs LightningRL's GRPO over the samples of each problem (``"grpo"``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from math_agent import evaluate, math_agent, problems
 
 import agl
 
-__all__ = ["INSTRUMENT", "demonstrations", "reinforce", "train", "variants", "warm_up"]
+__all__ = ["INSTRUMENT", "Method", "demonstrations", "reinforce", "train", "variants", "warm_up"]
 
 INSTRUMENT = ["autogen", "openai"]
 """What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
@@ -115,7 +116,7 @@ def warm_up(
     run_dir: Path,
     *,
     demo_tasks: int = 600,
-    epochs: int = 20,
+    epochs: int = 30,
     seed: int = 0,
     progress: bool = True,
 ) -> Path:
@@ -128,10 +129,16 @@ def warm_up(
     return warm_up_tiny_model(run_dir, conversations, epochs=epochs, seed=seed, progress=progress)
 
 
+Method = Literal["successes", "grpo"]
+"""How :func:`reinforce` updates the solver: fine-tuning on each step's rewarded rollouts, or
+LightningRL's GRPO."""
+
+
 def reinforce(
     warm: Path,
     run_dir: Path,
     *,
+    method: Method = "successes",
     steps: int = 12,
     tasks_per_step: int = 8,
     n_samples: int = 8,
@@ -142,20 +149,28 @@ def reinforce(
     algorithm: type[Any] | None = None,
     transitions: agl.TransitionBuilder | None = None,
 ) -> agl.FitResult:
-    """Train the solver from the model in ``warm`` with RL, validating on new problems before
-    the first step and after the last.
+    """Train the solver from the model in ``warm``, validating on new problems before the
+    first step and after the last.
 
-    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
-    look at each step's batch, say); ``transitions`` replaces the default
-    :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
-    the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
+    ``method`` ``"successes"`` (the default) fine-tunes, each step, on every sample whose
+    answer was right (:func:`agl_torch.warm_up.successes_after_warm_up`); ``"grpo"`` runs
+    :class:`~agl_torch.rl.LightningRLTorch`, whose ``algorithm`` (a subclass, to look at each
+    step's batch, say) and ``transitions`` (GRPO, final reward to every call, by default)
+    these replace. The run directory gets the run's ``metrics.jsonl``, ``reward.png`` and
+    ``store.db``.
     """
-    from agl_torch.warm_up import rl_after_warm_up
+    from agl_torch.warm_up import rl_after_warm_up, successes_after_warm_up
 
-    solver = rl_after_warm_up(
-        warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
-        max_tokens=48, seed=seed, transitions=transitions, algorithm=algorithm,
-    )  # fmt: skip
+    run = {
+        "steps": steps, "tasks_per_step": tasks_per_step, "n_samples": n_samples, "lr": lr,
+        "max_tokens": 48, "seed": seed,
+    }  # fmt: skip
+    if method == "grpo":
+        solver = rl_after_warm_up(warm, transitions=transitions, algorithm=algorithm, **run)
+    elif algorithm is None and transitions is None:
+        solver = successes_after_warm_up(warm, **run)
+    else:
+        raise ValueError("algorithm and transitions apply to method='grpo' only")
     trainer = agl.Trainer(
         algorithm={"solver": solver},
         run_dir=run_dir,
@@ -170,7 +185,14 @@ def reinforce(
     return trainer.fit(math_agent, train_tasks, val_dataset=val)
 
 
-def train(run_dir: Path, *, steps: int = 12, seed: int = 0, console: Any = True) -> agl.FitResult:
+def train(
+    run_dir: Path,
+    *,
+    method: Method = "successes",
+    steps: int = 12,
+    seed: int = 0,
+    console: Any = True,
+) -> agl.FitResult:
     """:func:`warm_up`, then :func:`reinforce`: the example's ``--train``."""
     warm = warm_up(run_dir, seed=seed, progress=console is not False)
-    return reinforce(warm, run_dir, steps=steps, seed=seed, console=console)
+    return reinforce(warm, run_dir, method=method, steps=steps, seed=seed, console=console)

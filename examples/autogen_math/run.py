@@ -7,8 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/autogen_math/run.py \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    # train the solver with LightningRL (agl-torch), on a tiny model built in code (~5 min)
-    uv run --no-sync python examples/autogen_math/run.py --train
+    # train the solver (agl-torch), on a tiny model built in code (~5 min)
+    uv run --no-sync python examples/autogen_math/run.py --train [--method grpo]
 
 The agent (``math_agent.py``) is an AutoGen ``AssistantAgent`` named ``solver`` with a
 ``calculator`` ``FunctionTool``; the reward is whether its final message contains the right
@@ -18,10 +18,11 @@ recorded twice, counts once). ``Trainer.dev`` prints every rollout, then this sc
 table per agent: its LLM calls and the mean reward of the rollouts it took part in.
 
 ``--train`` (``math_training.py``) warms agl-torch's tiny model up on a sloppy teacher's
-demonstrations, recorded in AutoGen's own requests, then trains the solver with LightningRL,
-served through agl's gateway; it prints each step's calls and transitions per agent from the
-run's metrics, and the validation reward before and after (the curve: ``reward.png`` in the
-run directory).
+demonstrations, recorded in AutoGen's own requests, then trains the solver, served through
+agl's gateway: each step fine-tunes on the step's right samples (``--method successes``, the
+default) or runs LightningRL's GRPO (``--method grpo``); it prints each step's calls and
+transitions per agent from the run's metrics, and the validation reward before and after (the
+curve: ``reward.png`` in the run directory).
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", default="stand-in", help="the model name to ask for")
     parser.add_argument("--train", action="store_true", help="train the solver with RL")
     parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
+    parser.add_argument(
+        "--method",
+        choices=["successes", "grpo"],
+        default="successes",
+        help="--train's update: fine-tune on each step's right samples, or GRPO",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
     args = parser.parse_args(argv)
@@ -83,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         from math_training import train
 
         started = time.monotonic()
-        result = train(args.run_dir, steps=args.steps, seed=args.seed, console=log)
+        result = train(
+            args.run_dir, method=args.method, steps=args.steps, seed=args.seed, console=log
+        )
         minutes = (time.monotonic() - started) / 60
         out.print(agent_steps_table(read_metrics(args.run_dir)))
         vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]

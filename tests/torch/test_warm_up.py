@@ -96,3 +96,19 @@ def test_rl_after_warm_up_sets_a_short_run_up(tmp_path: Path) -> None:
     )
     assert type(default) is LightningRLTorch
     assert default.transitions.credit.name == "final"
+
+
+def test_successes_after_warm_up_fine_tunes_on_every_success(tmp_path: Path) -> None:
+    from agl_torch.sft import SFTTorch
+    from agl_torch.warm_up import successes_after_warm_up
+
+    sft = successes_after_warm_up(
+        tmp_path / "warm-model", steps=3, tasks_per_step=4, n_samples=6, lr=2e-3,
+        max_tokens=24, seed=5, min_reward=0.5,
+    )  # fmt: skip
+    assert type(sft) is SFTTorch
+    assert (sft.top_k, sft.min_reward) == (6, 0.5)  # every sample of a task that succeeded
+    assert (sft.loop.max_steps, sft.loop.batch_size, sft.loop.n_samples) == (3, 4, 6)
+    assert (sft.learner.lr, sft.learner.seed) == (2e-3, 5)
+    assert sft.policy.sampling.max_tokens == 24
+    assert sft.policy.checkpoints.every == 0

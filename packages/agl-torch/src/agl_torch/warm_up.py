@@ -7,7 +7,8 @@ on them for a few epochs: afterwards it acts as the demonstrations do, mistakes 
 RL improves on that. The quickstart and the task examples start this way; the demonstrations
 come from a scripted teacher (:class:`agl.testing.demonstrations.Demonstrations` records one in
 the agent's own wire format) or from any chat data. :func:`rl_after_warm_up` sets up the short
-RL run that follows.
+RL run that follows; :func:`successes_after_warm_up` the same run with fine-tuning on each
+step's successful rollouts instead of policy-gradient updates.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agl_torch.data import TrainOn
 
-__all__ = ["rl_after_warm_up", "warm_up_tiny_model"]
+__all__ = ["rl_after_warm_up", "successes_after_warm_up", "warm_up_tiny_model"]
 
 
 def warm_up_tiny_model(
@@ -149,16 +150,56 @@ def rl_after_warm_up(
     """
     import agl
     from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
 
     return (algorithm or LightningRLTorch)(
         model,
-        loop=agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
-        learner=LearnerSettings(lr=lr, seed=seed),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
         transitions=transitions or agl.TransitionBuilder(),
-        checkpoints=CheckpointSettings(every=0),
+        **_short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed),
     )
+
+
+def successes_after_warm_up(
+    model: str | Path,
+    *,
+    steps: int,
+    tasks_per_step: int,
+    n_samples: int,
+    lr: float,
+    max_tokens: int,
+    seed: int = 0,
+    min_reward: float = 1.0,
+) -> Any:
+    """The run of :func:`rl_after_warm_up`, learning only from what worked: each step
+    fine-tunes (:class:`~agl_torch.sft.SFTTorch`) on every rollout of the step rewarded
+    ``min_reward`` or more, and on nothing else (rejection-sampling fine-tuning).
+
+    Where the warm model succeeds on a few samples in ten, group-relative advantages are
+    mostly negative: they push probability off the failed answers and onto whatever else the
+    model half-believes, not onto the answer that worked. Reinforcing the successes alone
+    moves it only toward those.
+    """
+    from agl_torch.sft import SFTTorch
+
+    return SFTTorch(
+        model,
+        top_k=n_samples,
+        min_reward=min_reward,
+        **_short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed),
+    )
+
+
+def _short_run(
+    steps: int, tasks_per_step: int, n_samples: int, lr: float, max_tokens: int, seed: int
+) -> dict[str, Any]:
+    import agl
+    from agl_torch.settings import CheckpointSettings, LearnerSettings
+
+    return {
+        "loop": agl.LoopSettings(n_samples=n_samples, batch_size=tasks_per_step, max_steps=steps),
+        "learner": LearnerSettings(lr=lr, seed=seed),
+        "sampling": agl.SamplingSettings(max_tokens=max_tokens),
+        "checkpoints": CheckpointSettings(every=0),
+    }
 
 
 def _parts(conversation: Any) -> tuple[list[Any], Any]:
