@@ -14,8 +14,9 @@ result coming back) and the teacher's reply is kept
 (:class:`agl.testing.demonstrations.Demonstrations`), and the tiny model is fine-tuned on
 those conversations: afterwards it calls the calculator about half of the time, not always
 with the problem's numbers. **Training** then has a reward to raise, the share of problems
-answered right: by default each step fine-tunes on the samples that were right (``method=
-"successes"``), or runs LightningRL's GRPO over the samples of each problem (``"grpo"``).
+answered right: by default with LightningRL's GRPO over the samples of each problem
+(``method="grpo"``), or by fine-tuning, each step, on the samples that were right
+(``"successes"``).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from math_agent import evaluate, math_agent, problems
 
 import agl
 
-__all__ = ["INSTRUMENT", "Method", "demonstrations", "reinforce", "train", "variants", "warm_up"]
+if TYPE_CHECKING:
+    from agl_torch.warm_up import Method
+
+__all__ = ["INSTRUMENT", "demonstrations", "reinforce", "train", "variants", "warm_up"]
 
 INSTRUMENT = ["autogen", "openai"]
 """What the runners trace: AutoGen (``agl-autogen``: each agent turn's span names its agent,
@@ -129,16 +133,11 @@ def warm_up(
     return warm_up_tiny_model(run_dir, conversations, epochs=epochs, seed=seed, progress=progress)
 
 
-Method = Literal["successes", "grpo"]
-"""How :func:`reinforce` updates the solver: fine-tuning on each step's rewarded rollouts, or
-LightningRL's GRPO."""
-
-
 def reinforce(
     warm: Path,
     run_dir: Path,
     *,
-    method: Method = "successes",
+    method: Method = "grpo",
     steps: int = 12,
     tasks_per_step: int = 8,
     n_samples: int = 8,
@@ -152,25 +151,19 @@ def reinforce(
     """Train the solver from the model in ``warm``, validating on new problems before the
     first step and after the last.
 
-    ``method`` ``"successes"`` (the default) fine-tunes, each step, on every sample whose
-    answer was right (:func:`agl_torch.warm_up.successes_after_warm_up`); ``"grpo"`` runs
-    :class:`~agl_torch.rl.LightningRLTorch`, whose ``algorithm`` (a subclass, to look at each
-    step's batch, say) and ``transitions`` (GRPO, final reward to every call, by default)
-    these replace. The run directory gets the run's ``metrics.jsonl``, ``reward.png`` and
-    ``store.db``.
+    ``method`` ``"grpo"`` (the default) runs :class:`~agl_torch.rl.LightningRLTorch`, whose
+    ``algorithm`` (a subclass, to look at each step's batch, say) and ``transitions`` (GRPO,
+    final reward to every call, by default) these replace; ``"successes"`` fine-tunes, each
+    step, on every sample whose answer was right
+    (:func:`agl_torch.warm_up.rl_after_warm_up`). The run directory gets the run's
+    ``metrics.jsonl``, ``reward.png`` and ``store.db``.
     """
-    from agl_torch.warm_up import rl_after_warm_up, successes_after_warm_up
+    from agl_torch.warm_up import rl_after_warm_up
 
-    run = {
-        "steps": steps, "tasks_per_step": tasks_per_step, "n_samples": n_samples, "lr": lr,
-        "max_tokens": 48, "seed": seed,
-    }  # fmt: skip
-    if method == "grpo":
-        solver = rl_after_warm_up(warm, transitions=transitions, algorithm=algorithm, **run)
-    elif algorithm is None and transitions is None:
-        solver = successes_after_warm_up(warm, **run)
-    else:
-        raise ValueError("algorithm and transitions apply to method='grpo' only")
+    solver = rl_after_warm_up(
+        warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
+        max_tokens=48, seed=seed, method=method, transitions=transitions, algorithm=algorithm,
+    )  # fmt: skip
     trainer = agl.Trainer(
         algorithm={"solver": solver},
         run_dir=run_dir,
@@ -188,7 +181,7 @@ def reinforce(
 def train(
     run_dir: Path,
     *,
-    method: Method = "successes",
+    method: Method = "grpo",
     steps: int = 12,
     seed: int = 0,
     console: Any = True,

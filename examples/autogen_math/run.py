@@ -7,8 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/autogen_math/run.py \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    # train the solver (agl-torch), on a tiny model built in code (~5 min)
-    uv run --no-sync python examples/autogen_math/run.py --train [--method grpo]
+    # train the solver with LightningRL (agl-torch), on a tiny model built in code (~5 min)
+    uv run --no-sync python examples/autogen_math/run.py --train [--method successes]
 
 The agent (``math_agent.py``) is an AutoGen ``AssistantAgent`` named ``solver`` with a
 ``calculator`` ``FunctionTool``; the reward is whether its final message contains the right
@@ -19,10 +19,10 @@ table per agent: its LLM calls and the mean reward of the rollouts it took part 
 
 ``--train`` (``math_training.py``) warms agl-torch's tiny model up on a sloppy teacher's
 demonstrations, recorded in AutoGen's own requests, then trains the solver, served through
-agl's gateway: each step fine-tunes on the step's right samples (``--method successes``, the
-default) or runs LightningRL's GRPO (``--method grpo``); it prints each step's calls and
-transitions per agent from the run's metrics, and the validation reward before and after (the
-curve: ``reward.png`` in the run directory).
+agl's gateway: each step runs LightningRL's GRPO (``--method grpo``, the default) or
+fine-tunes on the step's right samples (``--method successes``); it prints each step's calls
+and transitions per agent from the run's metrics, and the validation reward before and after
+(the curve: ``reward.png`` in the run directory).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
     parser.add_argument(
         "--method",
-        choices=["successes", "grpo"],
-        default="successes",
-        help="--train's update: fine-tune on each step's right samples, or GRPO",
+        choices=["grpo", "successes"],
+        default="grpo",
+        help="--train's update: GRPO, or fine-tuning on each step's right samples",
     )
     parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")

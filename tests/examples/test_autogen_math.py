@@ -202,7 +202,6 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
     result = math_training.reinforce(
         warm,
         tmp_path,
-        method="grpo",
         steps=2,
         tasks_per_step=2,
         n_samples=2,
@@ -247,13 +246,6 @@ def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
     vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
     assert len(vals) == 2
     before, after = vals
-    assert after >= before + 0.1, vals  # seed 0 in the README: 0.025 -> 0.450
+    assert after >= before + 0.1, vals  # seed 0 in the README: 0.300 -> 0.725
     assert after >= 0.2, vals
-    kept = [
-        row["sft/kept_transitions"]
-        for row in read_metrics(tmp_path)
-        if "sft/kept_transitions" in row
-    ]
-    assert len(kept) == 12, kept  # fine-tuned every step, on the samples that were right
-    assert all(k > 0 for k in kept), kept
     assert (tmp_path / "reward.png").is_file()

@@ -98,13 +98,14 @@ def test_rl_after_warm_up_sets_a_short_run_up(tmp_path: Path) -> None:
     assert default.transitions.credit.name == "final"
 
 
-def test_successes_after_warm_up_fine_tunes_on_every_success(tmp_path: Path) -> None:
+def test_rl_after_warm_up_on_successes_fine_tunes_on_every_right_sample(tmp_path: Path) -> None:
+    import agl
     from agl_torch.sft import SFTTorch
-    from agl_torch.warm_up import successes_after_warm_up
+    from agl_torch.warm_up import rl_after_warm_up
 
-    sft = successes_after_warm_up(
+    sft = rl_after_warm_up(
         tmp_path / "warm-model", steps=3, tasks_per_step=4, n_samples=6, lr=2e-3,
-        max_tokens=24, seed=5, min_reward=0.5,
+        max_tokens=24, seed=5, method="successes", min_reward=0.5,
     )  # fmt: skip
     assert type(sft) is SFTTorch
     assert (sft.top_k, sft.min_reward) == (6, 0.5)  # every sample of a task that succeeded
@@ -112,3 +113,8 @@ def test_successes_after_warm_up_fine_tunes_on_every_success(tmp_path: Path) -> 
     assert (sft.learner.lr, sft.learner.seed) == (2e-3, 5)
     assert sft.policy.sampling.max_tokens == 24
     assert sft.policy.checkpoints.every == 0
+    short = {"steps": 1, "tasks_per_step": 1, "n_samples": 2, "lr": 1e-3, "max_tokens": 8}
+    with pytest.raises(ValueError, match="apply to method='grpo' only"):
+        rl_after_warm_up(tmp_path, method="successes", transitions=agl.TransitionBuilder(), **short)
+    with pytest.raises(ValueError, match="method must be 'grpo' or 'successes', got 'ppo'"):
+        rl_after_warm_up(tmp_path, method="ppo", **short)  # type: ignore[arg-type]

@@ -7,20 +7,19 @@ on them for a few epochs: afterwards it acts as the demonstrations do, mistakes 
 RL improves on that. The quickstart and the task examples start this way; the demonstrations
 come from a scripted teacher (:class:`agl.testing.demonstrations.Demonstrations` records one in
 the agent's own wire format) or from any chat data. :func:`rl_after_warm_up` sets up the short
-RL run that follows; :func:`successes_after_warm_up` the same run with fine-tuning on each
-step's successful rollouts instead of policy-gradient updates.
+RL run that follows: GRPO, or fine-tuning on each step's successful rollouts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from agl_torch.data import TrainOn
 
-__all__ = ["rl_after_warm_up", "successes_after_warm_up", "warm_up_tiny_model"]
+__all__ = ["Method", "rl_after_warm_up", "warm_up_tiny_model"]
 
 
 def warm_up_tiny_model(
@@ -127,6 +126,11 @@ def warm_up_tiny_model(
     return warm
 
 
+Method = Literal["grpo", "successes"]
+"""How :func:`rl_after_warm_up` updates the model: LightningRL's policy gradient (GRPO by
+default), or fine-tuning on each step's successful rollouts."""
+
+
 def rl_after_warm_up(
     model: str | Path,
     *,
@@ -136,56 +140,47 @@ def rl_after_warm_up(
     lr: float,
     max_tokens: int,
     seed: int = 0,
+    method: Method = "grpo",
     transitions: Any = None,
     algorithm: type[Any] | None = None,
-) -> Any:
-    """LightningRL on agl-torch for a short RL run from a warmed-up model: ``steps`` steps of
-    ``tasks_per_step`` tasks x ``n_samples`` samples, one update per step at ``lr``, replies
-    up to ``max_tokens``, no checkpoints (the run is minutes long).
-
-    ``transitions`` replaces the default :class:`agl.TransitionBuilder` (GRPO, the final
-    reward to every call); ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with
-    a subclass of it (to look at each step's batch, say). The trainer's concurrency should be
-    ``tasks_per_step * n_samples``, every rollout of a step in flight at once.
-    """
-    import agl
-    from agl_torch.rl import LightningRLTorch
-
-    return (algorithm or LightningRLTorch)(
-        model,
-        transitions=transitions or agl.TransitionBuilder(),
-        **_short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed),
-    )
-
-
-def successes_after_warm_up(
-    model: str | Path,
-    *,
-    steps: int,
-    tasks_per_step: int,
-    n_samples: int,
-    lr: float,
-    max_tokens: int,
-    seed: int = 0,
     min_reward: float = 1.0,
 ) -> Any:
-    """The run of :func:`rl_after_warm_up`, learning only from what worked: each step
-    fine-tunes (:class:`~agl_torch.sft.SFTTorch`) on every rollout of the step rewarded
-    ``min_reward`` or more, and on nothing else (rejection-sampling fine-tuning).
+    """A short RL run from a warmed-up model: ``steps`` steps of ``tasks_per_step`` tasks x
+    ``n_samples`` samples, one update per step at ``lr``, replies up to ``max_tokens``, no
+    checkpoints (the run is minutes long). The trainer's concurrency should be
+    ``tasks_per_step * n_samples``, every rollout of a step in flight at once.
 
-    Where the warm model succeeds on a few samples in ten, group-relative advantages are
-    mostly negative: they push probability off the failed answers and onto whatever else the
-    model half-believes, not onto the answer that worked. Reinforcing the successes alone
-    moves it only toward those.
+    ``method="grpo"``: LightningRL on agl-torch (:class:`~agl_torch.rl.LightningRLTorch`);
+    ``transitions`` replaces its default :class:`agl.TransitionBuilder` (GRPO, the final
+    reward to every call), ``algorithm`` the class with a subclass of it (to look at each
+    step's batch, say).
+
+    ``method="successes"``: each step fine-tunes (:class:`~agl_torch.sft.SFTTorch`) on every
+    rollout of the step rewarded ``min_reward`` or more, and on nothing else (rejection-
+    sampling fine-tuning). Where the warm model succeeds on a few samples in ten, GRPO's
+    advantages are mostly negative: they push probability off the failed answers and onto
+    whatever else the model half-believes; this moves it only toward what worked.
+
+    Raises:
+        ValueError: ``transitions`` or ``algorithm`` with ``method="successes"``, or an
+            unknown ``method``.
     """
+    import agl
+
+    run = _short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed)
+    if method == "grpo":
+        from agl_torch.rl import LightningRLTorch
+
+        return (algorithm or LightningRLTorch)(
+            model, transitions=transitions or agl.TransitionBuilder(), **run
+        )
+    if method != "successes":
+        raise ValueError(f"method must be 'grpo' or 'successes', got {method!r}")
+    if transitions is not None or algorithm is not None:
+        raise ValueError("transitions and algorithm apply to method='grpo' only")
     from agl_torch.sft import SFTTorch
 
-    return SFTTorch(
-        model,
-        top_k=n_samples,
-        min_reward=min_reward,
-        **_short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed),
-    )
+    return SFTTorch(model, top_k=n_samples, min_reward=min_reward, **run)
 
 
 def _short_run(
