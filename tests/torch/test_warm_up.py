@@ -114,7 +114,7 @@ def test_rl_after_warm_up_on_successes_fine_tunes_on_every_right_sample(tmp_path
     assert sft.policy.sampling.max_tokens == 24
     assert sft.policy.checkpoints.every == 0
     short = {"steps": 1, "tasks_per_step": 1, "n_samples": 2, "lr": 1e-3, "max_tokens": 8}
-    with pytest.raises(ValueError, match="apply to method='grpo' only"):
+    with pytest.raises(agl.InvalidInputError, match="apply to method='grpo' only"):
         rl_after_warm_up(tmp_path, method="successes", transitions=agl.TransitionBuilder(), **short)
-    with pytest.raises(ValueError, match="method must be 'grpo' or 'successes', got 'ppo'"):
+    with pytest.raises(agl.InvalidInputError, match="must be 'grpo' or 'successes', got 'ppo'"):
         rl_after_warm_up(tmp_path, method="ppo", **short)  # type: ignore[arg-type]

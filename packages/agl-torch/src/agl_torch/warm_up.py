@@ -162,10 +162,11 @@ def rl_after_warm_up(
     whatever else the model half-believes; this moves it only toward what worked.
 
     Raises:
-        ValueError: ``transitions`` or ``algorithm`` with ``method="successes"``, or an
+        InvalidInputError: ``transitions`` or ``algorithm`` with ``method="successes"``, or an
             unknown ``method``.
     """
     import agl
+    from agl import InvalidInputError
 
     run = _short_run(steps, tasks_per_step, n_samples, lr, max_tokens, seed)
     if method == "grpo":
@@ -175,9 +176,13 @@ def rl_after_warm_up(
             model, transitions=transitions or agl.TransitionBuilder(), **run
         )
     if method != "successes":
-        raise ValueError(f"method must be 'grpo' or 'successes', got {method!r}")
+        raise InvalidInputError(
+            f"method must be 'grpo' or 'successes', got {method!r}", field="method", value=method
+        )
     if transitions is not None or algorithm is not None:
-        raise ValueError("transitions and algorithm apply to method='grpo' only")
+        raise InvalidInputError(
+            "transitions and algorithm apply to method='grpo' only", field="method", value=method
+        )
     from agl_torch.sft import SFTTorch
 
     return SFTTorch(model, top_k=n_samples, min_reward=min_reward, **run)
