@@ -236,6 +236,18 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
     assert sum("val/reward/mean" in row for row in result.history) == 2  # before and after
     assert (tmp_path / "reward.png").is_file()
 
+    # --method successes: the same run, fine-tuning on each step's rewarded samples instead
+    successes = tmp_path / "successes"
+    math_training.reinforce(
+        warm, successes, method="successes", steps=2, tasks_per_step=2, n_samples=2,
+        val_tasks=2, console=False,
+    )  # fmt: skip
+    steps = [row for row in read_metrics(successes) if "sft/kept_transitions" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert not any("actor/updates" in row for row in read_metrics(successes))  # no GRPO
+    for row in steps:  # what it kept: the calls of the rollouts rewarded 1, nothing else
+        assert row["sft/kept_transitions"] <= row["agents/solver/transitions"]
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
