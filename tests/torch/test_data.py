@@ -207,6 +207,28 @@ def test_sft_can_train_on_the_last_assistant_turn_only(tokenizer: Any) -> None:
     (example,) = built.examples
     trained = [t for t, keep in zip(example.input_ids, example.labels_mask, strict=True) if keep]
     assert tokenizer.decode(trained) == f"The answer is 84.{END_OF_TURN}"
-    with pytest.raises(InvalidInputError, match="train_on") as error:
+    with pytest.raises(InvalidInputError, match="'all', 'last' or 'text'") as error:
         sft_examples_from_messages(tokenizer, [CONVERSATION], max_length=512, train_on="first")  # type: ignore[arg-type]
     assert error.value.field == "train_on"
+
+
+def test_sft_can_train_on_the_whole_text(tokenizer: Any) -> None:
+    rendered = tokenizer.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False)
+    built = sft_examples_from_messages(
+        tokenizer, [{"messages": CONVERSATION, "tools": TOOLS}], max_length=512, train_on="text"
+    )
+
+    (example,) = built.examples
+    # Every token: the system prompt, the tools, the user's turn and the tool's result too.
+    assert example.labels_mask == [1] * len(example.input_ids)
+    assert tokenizer.decode(example.input_ids) == rendered
+    # A template without {% generation %} marks nothing, which the whole text does not need;
+    # a conversation with no assistant turn is text to learn as well.
+    unmarked = copy.deepcopy(tokenizer)
+    unmarked.chat_template = tokenizer.chat_template.replace("{% generation %}", "").replace(
+        "{% endgeneration %}", ""
+    )
+    question = [{"role": "user", "content": "What is 12*7?"}]
+    built = sft_examples_from_messages(unmarked, [question], max_length=512, train_on="text")
+    assert len(built.examples) == 1
+    assert not built.dropped

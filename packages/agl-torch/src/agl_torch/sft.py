@@ -72,8 +72,9 @@ def train_on_messages(
         max_length: Longer conversations are dropped (counted in ``dropped/too_long``).
         on_step: Called after each optimizer step with (step, steps in all, metrics), for a
             progress display.
-        train_on: ``"all"`` assistant turns, or the ``"last"`` one only (demonstrations
-            recorded per request: :data:`agl_torch.data.TrainOn`).
+        train_on: ``"all"`` assistant turns, the ``"last"`` one only (demonstrations
+            recorded per request), or the whole ``"text"`` (a model built from scratch
+            learns to read its prompts): :data:`agl_torch.data.TrainOn`.
     """
     from agl_torch.data import sft_examples_from_messages
 

@@ -58,9 +58,11 @@ def warm_up_tiny_model(
         max_position_embeddings: The longest sequence the model takes.
         device: Where the fine-tuning runs (default: CUDA when present).
         progress: Show a progress bar (on ``console``, a ``rich`` console; stderr by default).
-        train_on: ``"all"`` assistant turns, or the ``"last"`` one only: for conversations
-            recorded per request (:func:`agl.testing.demonstrations.record_demonstrations`),
-            whose earlier assistant turns are other agents' replies or already recorded.
+        train_on: ``"all"`` assistant turns, the ``"last"`` one only (for conversations
+            recorded per request, :func:`agl.testing.demonstrations.record_demonstrations`,
+            whose earlier assistant turns are other agents' replies or already recorded), or
+            the whole ``"text"``: the prompts too, which teaches the model built from scratch
+            to read them (:data:`agl_torch.data.TrainOn`).
     """
     from rich.console import Console
     from rich.progress import Progress
