@@ -1,6 +1,9 @@
 """Test-suite wide hooks and fixtures.
 
 - ``gpu``-marked tests skip cleanly on machines without CUDA.
+- ``slow``-marked tests run first, those with the longest ``timeout`` mark first of all, so
+  that with pytest-xdist the longest ones start at once and the short ones fill in around
+  them, instead of a long one starting last and the run waiting on it alone.
 - anyio runs async tests on asyncio.
 - The rig the framework-adapter tests share: a scripted OpenAI-compatible ``upstream`` (one per
   module), a memory ``store``, a ``tracer`` into it, and agl's ``gateway`` in front of the
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_longest_first)  # a stable sort: otherwise in the order collected
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -37,6 +41,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device (none found)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+def _longest_first(item: pytest.Item) -> tuple[bool, float]:
+    timeout = item.get_closest_marker("timeout")
+    allowed = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+    return item.get_closest_marker("slow") is None, -allowed
 
 
 @pytest.fixture
