@@ -3,7 +3,8 @@
 The 20 shipped questions are too few to learn from and to validate on, so ``--train`` asks its
 questions about a generated world (:mod:`qa_world`: hundreds of invented companies, founders
 and towns, each with a document the search finds); a quarter of each kind of question is held
-out for validation.
+out for validation, and the rest halved (:func:`qa_world.parts`): questions for the warm-up,
+and others for RL, which the warm model has never seen.
 
 The **researcher** is a fixed model here, as an off-the-shelf model you would not train: the
 scripted stand-in (:mod:`stand_in`), published as the run's ``researcher_llm`` resource, which
@@ -15,9 +16,11 @@ run against it exactly as they will in training. Every chat request the Agents S
 answerer (its instructions, the researcher's searches and their results, the handoff) and the
 teacher's reply is kept (:class:`agl.testing.demonstrations.Demonstrations`); the tiny model,
 with a tokenizer trained on those conversations (each name of the world one token), is
-fine-tuned on them. **RL** (LightningRL on agl-torch for the answerer, GRPO over the samples of
-each question; the researcher is ``None``: its calls are counted, never trained) then has one
-habit to unlearn: answering with the entity between the hops.
+fine-tuned on their whole text (the documents the searches found too, which teaches it to read
+them). **RL** on the answerer (the researcher is ``None``: its calls are counted, never
+trained) then has one habit to unlearn, answering with the entity between the hops: each step
+fine-tunes on the samples that found the answer (``method="successes"``, the default), or
+runs LightningRL's GRPO (``method="grpo"``).
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import qa_world
 import stand_in
 from qa_agent import ANSWERER_PROMPT, qa_agent
 
 import agl
+
+if TYPE_CHECKING:
+    from agl_torch.warm_up import Method
 
 __all__ = [
     "INSTRUMENT",
@@ -94,19 +100,27 @@ def _system(conversation: Mapping[str, Any]) -> str:
 def warm_up(
     run_dir: Path,
     *,
-    epochs: int = 20,
+    epochs: int = 40,
     right_share: float = 0.5,
     seed: int = 0,
     progress: bool = True,
-    vocab_size: int = 1000,
+    vocab_size: int = 1500,
 ) -> Path:
     """The tiny model, built and fine-tuned on the sloppy teacher's answerer conversations on
-    the world's training questions; returns its folder (``run_dir/warm-model``)."""
+    the world's warm-up questions (:func:`qa_world.parts`); returns its folder
+    (``run_dir/warm-model``).
+
+    It trains on the conversations' whole text (``train_on="text"``), the researcher's
+    searches and their results too, not only the teacher's replies: a model built from
+    scratch has read nothing, and predicting the documents teaches it to read them (to copy the
+    name after the words the question asks about), which the replies alone teach it slowly."""
     from agl_torch.warm_up import warm_up_tiny_model
 
-    train_part, _ = qa_world.split(seed=seed)
     conversations = demonstrations(
-        train_part, run_dir=run_dir / "teacher", right_share=right_share, seed=seed
+        qa_world.parts(seed=seed).warm_up,
+        run_dir=run_dir / "teacher",
+        right_share=right_share,
+        seed=seed,
     )
     return warm_up_tiny_model(
         run_dir,
@@ -117,6 +131,7 @@ def warm_up(
         whole_lines=True,
         words=qa_world.names(),
         progress=progress,
+        train_on="text",
     )
 
 
@@ -124,37 +139,42 @@ def reinforce(
     warm: Path,
     run_dir: Path,
     *,
+    method: Method = "successes",
     steps: int = 12,
     tasks_per_step: int = 8,
     n_samples: int = 8,
-    val_tasks: int | None = None,
-    lr: float = 1e-3,
+    val_tasks: int | None = 200,
+    lr: float = 3e-4,
     max_tokens: int = 16,
     seed: int = 0,
     console: Any = True,
     algorithm: type[Any] | None = None,
     transitions: agl.TransitionBuilder | None = None,
 ) -> agl.FitResult:
-    """Train the answerer from the model in ``warm`` with LightningRL, the researcher the
-    fixed stand-in; validate on the held-out questions (the first ``val_tasks``, all by
-    default) before the first step and after the last.
+    """Train the answerer from the model in ``warm`` on the world's RL questions (ones the
+    warm model never saw), the researcher the fixed stand-in; validate on the held-out
+    questions (the first ``val_tasks``, each template's share; None: all) before the first
+    step and after the last.
 
-    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
-    look at each step's batch, say); ``transitions`` replaces the default
-    :class:`agl.TransitionBuilder` (GRPO, final reward to every call). The run directory gets
-    the run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
+    ``method`` is :func:`agl_torch.warm_up.rl_after_warm_up`'s: ``"successes"`` (the default)
+    fine-tunes, each step, on every sample that found the answer; ``"grpo"`` runs LightningRL
+    (:class:`~agl_torch.rl.LightningRLTorch`), whose class ``algorithm`` replaces with a
+    subclass (to look at each step's batch, say) and whose :class:`agl.TransitionBuilder`
+    (GRPO, final reward to every call) ``transitions`` replaces. The run directory gets the
+    run's ``metrics.jsonl``, ``reward.png`` and ``store.db``.
     """
     from agl_torch.warm_up import rl_after_warm_up
 
     answerer = rl_after_warm_up(
         warm, steps=steps, tasks_per_step=tasks_per_step, n_samples=n_samples, lr=lr,
-        max_tokens=max_tokens, seed=seed, transitions=transitions, algorithm=algorithm,
+        max_tokens=max_tokens, seed=seed, method=method, transitions=transitions,
+        algorithm=algorithm,
     )  # fmt: skip
-    train_part, val_part = qa_world.split(seed=seed)
+    questions = qa_world.parts(seed=seed)
     rng = random.Random(seed + 2)
-    picked = (rng.choice(train_part) for _ in range(steps * tasks_per_step))
+    picked = (rng.choice(questions.rl) for _ in range(steps * tasks_per_step))
     train_tasks = [{**task, "id": f"{task['id']}-{i}"} for i, task in enumerate(picked)]
-    val = val_part[:val_tasks]
+    val = questions.val[:val_tasks]
     with researcher([*train_tasks, *val]) as fixed:
         trainer = agl.Trainer(
             algorithm={"answerer": answerer, "researcher": None},
@@ -168,7 +188,14 @@ def reinforce(
         return trainer.fit(qa_agent, train_tasks, val_dataset=val)
 
 
-def train(run_dir: Path, *, steps: int = 12, seed: int = 0, console: Any = True) -> agl.FitResult:
+def train(
+    run_dir: Path,
+    *,
+    steps: int = 12,
+    seed: int = 0,
+    method: Method = "successes",
+    console: Any = True,
+) -> agl.FitResult:
     """:func:`warm_up`, then :func:`reinforce`: the example's ``--train``."""
     warm = warm_up(run_dir, seed=seed, progress=console is not False)
-    return reinforce(warm, run_dir, steps=steps, seed=seed, console=console)
+    return reinforce(warm, run_dir, method=method, steps=steps, seed=seed, console=console)

@@ -9,6 +9,8 @@ born, the mayor of a founder's birthplace, the river through a company's town, .
 the two searches that answer it, the entity between them (``bridge``) and the answer. A
 quarter of each template's questions, drawn with a seed, are held out for validation
 (:func:`split`): questions the model never saw, about entities whose documents it did.
+:func:`parts` halves the rest: questions for the warm-up, and others for RL, which the warm
+model has not seen either.
 
 Every name is made of syllables no shipped document uses, so the world's documents and the
 shipped ones never answer each other's searches; the two corpora are searched apart anyway
@@ -21,16 +23,21 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain, zip_longest
+from typing import NamedTuple
 
 __all__ = [
     "TEMPLATES",
     "Company",
+    "Parts",
     "Person",
+    "Question",
     "Template",
     "Town",
     "World",
     "documents",
     "names",
+    "parts",
     "questions",
     "split",
     "world",
@@ -89,7 +96,7 @@ def _word(rng: random.Random) -> str:
 
 
 @functools.cache
-def world(companies: int = 160, towns: int = 40, seed: int = 0) -> World:
+def world(companies: int = 320, towns: int = 80, seed: int = 0) -> World:
     """The world: ``companies`` companies (each with its own founder) and ``towns`` towns,
     every name unique, drawn from ``seed``."""
     rng = random.Random(seed)
@@ -169,6 +176,10 @@ def names(made: World | None = None) -> list[str]:
     return sorted(set(found) | set(_GOODS))
 
 
+Question = dict[str, str | list[str]]
+"""A question of :func:`questions`: ``id``, ``template``, ``question``, ``answer``, ...."""
+
+
 @dataclass(frozen=True)
 class Template:
     """A two-hop question about one company or founder: ``ask`` names it, ``hops`` are the
@@ -208,12 +219,12 @@ TEMPLATES: tuple[Template, ...] = (
 """The questions :func:`questions` asks, each of every company or every founder."""
 
 
-def questions(made: World | None = None) -> list[dict[str, str | list[str]]]:
+def questions(made: World | None = None) -> list[Question]:
     """Every template's question about every company (or founder): dicts with ``id``,
     ``template`` (its index), ``question``, ``answer``, ``bridge``, ``hops`` and
     ``corpus`` (``"world"``), the fields of the shipped questions."""
     made = made or world()
-    found: list[dict[str, str | list[str]]] = []
+    found: list[Question] = []
     for index, template in enumerate(TEMPLATES):
         subjects = made.companies if template.about == "company" else made.people
         for subject in subjects:
@@ -232,14 +243,12 @@ def questions(made: World | None = None) -> list[dict[str, str | list[str]]]:
     return found
 
 
-def split(
-    *, val_share: float = 0.25, seed: int = 0
-) -> tuple[list[dict[str, str | list[str]]], list[dict[str, str | list[str]]]]:
+def split(*, val_share: float = 0.25, seed: int = 0) -> tuple[list[Question], list[Question]]:
     """The questions of :func:`questions` as (train, validation): ``val_share`` of each
     template's questions, drawn with ``seed``, are held out."""
     rng = random.Random(seed)
-    train_part: list[dict[str, str | list[str]]] = []
-    val_part: list[dict[str, str | list[str]]] = []
+    train_part: list[Question] = []
+    val_part: list[Question] = []
     everything = questions()
     for index in range(len(TEMPLATES)):
         mine = [q for q in everything if q["template"] == str(index)]
@@ -248,3 +257,32 @@ def split(
         val_part += mine[:held]
         train_part += mine[held:]
     return train_part, val_part
+
+
+class Parts(NamedTuple):
+    """The questions of :func:`questions` in three parts; no question is in two."""
+
+    warm_up: list[Question]
+    """What the sloppy teacher answers for the warm-up."""
+    rl: list[Question]
+    """What RL asks: questions the warm model never saw."""
+    val: list[Question]
+    """:func:`split`'s held-out questions, the templates taking turns (so the first ``n``
+    hold each template's share)."""
+
+
+def parts(*, val_share: float = 0.25, seed: int = 0) -> Parts:
+    """:func:`split`'s validation questions, and its training questions halved, each
+    template's in equal shares: one half for the warm-up, the other for RL."""
+    train_part, val_part = split(val_share=val_share, seed=seed)
+    rng = random.Random(seed + 1)
+    warm: list[Question] = []
+    rl: list[Question] = []
+    for index in range(len(TEMPLATES)):
+        mine = [q for q in train_part if q["template"] == str(index)]
+        rng.shuffle(mine)
+        warm += mine[: len(mine) // 2]
+        rl += mine[len(mine) // 2 :]
+    by_template = [[q for q in val_part if q["template"] == str(i)] for i in range(len(TEMPLATES))]
+    turns = [q for q in chain.from_iterable(zip_longest(*by_template)) if q is not None]
+    return Parts(warm, rl, turns)

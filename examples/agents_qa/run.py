@@ -7,8 +7,8 @@
     # the same with a real model behind any OpenAI-compatible server (vLLM, a hosted API)
     uv run --no-sync python examples/agents_qa/run.py --split all \\
         --endpoint http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
-    # train the answerer with LightningRL (agl-torch), on a tiny model built in code
-    uv run --no-sync python examples/agents_qa/run.py --train
+    # train the answerer (agl-torch), on a tiny model built in code
+    uv run --no-sync python examples/agents_qa/run.py --train [--method grpo]
 
 The agent (``qa_agent.py``) is two Agents SDK agents: the ``researcher`` searches a small local
 corpus about invented things with a ``search`` function tool (two searches per question: each
@@ -19,19 +19,21 @@ the agent, so each LLM call belongs to an agent:
 
 - the default run (``Trainer.dev``) prints every rollout, then a table per agent: its LLM calls
   and the mean reward of the rollouts it took part in;
-- ``--train`` maps the agents to algorithms, ``{"answerer": LightningRLTorch(...),
-  "researcher": None}``: every step runs both agents, but only the answerer's calls become
-  transitions and only its model (the LLM resource, served through agl's gateway) is trained;
-  the researcher's calls are counted and left alone. It prints each step's calls and
-  transitions per agent, from the run's metrics (``agents/<name>/calls``,
-  ``agents/<name>/transitions``).
+- ``--train`` maps the agents to algorithms, ``{"answerer": SFTTorch(...), "researcher":
+  None}`` (``LightningRLTorch(...)`` with ``--method grpo``): every step runs both agents,
+  but only the answerer's calls become transitions and only its model (the LLM resource,
+  served through agl's gateway) is trained; the researcher's calls are counted and left alone.
+  It prints each step's calls and transitions per agent, from the run's metrics
+  (``agents/<name>/calls``, ``agents/<name>/transitions``).
 
 ``--train`` (``qa_training.py``) asks its questions about a generated world of invented
 companies, founders and towns (``qa_world.py``), keeps the researcher a fixed model (the
 scripted stand-in, published as the run's ``researcher_llm``), warms agl-torch's tiny model up
 on a sloppy teacher's answers, recorded in the Agents SDK's own requests, then trains the
-answerer with LightningRL, served through agl's gateway. It prints the validation reward
-before and after (the curve: ``reward.png`` in the run directory).
+answerer, served through agl's gateway, on questions the warm model never saw: each step
+fine-tunes on the samples that found the answer (``--method successes``, the default) or runs
+LightningRL's GRPO (``--method grpo``). It prints the validation reward before and after (the
+curve: ``reward.png`` in the run directory).
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--train", action="store_true", help="train the answerer with RL")
     parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
     parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
+    parser.add_argument(
+        "--method",
+        choices=["successes", "grpo"],
+        default="successes",
+        help="--train's update: fine-tuning on each step's right answers, or GRPO",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
     args = parser.parse_args(argv)
     out = Console()
@@ -95,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         from qa_training import train
 
         started = time.monotonic()
-        result = train(args.run_dir, steps=args.steps, seed=args.seed, console=log)
+        result = train(
+            args.run_dir, method=args.method, steps=args.steps, seed=args.seed, console=log
+        )
         minutes = (time.monotonic() - started) / 60
         out.print(agent_steps_table(read_metrics(args.run_dir)))
         vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]

@@ -314,7 +314,21 @@ def test_the_world_asks_two_hop_questions_its_search_answers() -> None:
         str(i): len(made.companies) // 4 for i in range(len(qa_world.TEMPLATES))
     }
     assert qa_world.split(seed=1) != (train_part, val_part)
+    # --train's three parts: the warm-up's questions, RL's (unseen by the warm model), and the
+    # held-out ones, the templates taking turns so that any first few are balanced
+    warm, rl, val = qa_world.parts(seed=0)
+    assert sorted(q["id"] for q in val) == sorted(q["id"] for q in val_part)
+    assert sorted(q["id"] for q in warm + rl) == sorted(q["id"] for q in train_part)
+    assert {q["id"] for q in warm}.isdisjoint(q["id"] for q in rl)
+    assert Counter(q["template"] for q in warm) == Counter(q["template"] for q in rl)
+    assert [q["template"] for q in val[:10]] == [str(i % 5) for i in range(10)]
     assert qa_world.world() is made  # made once, from its seed
+
+
+def test_successes_take_no_algorithm_or_transitions(tmp_path: Path) -> None:
+    with pytest.raises(agl.InvalidInputError, match="method='grpo' only") as error:
+        qa_training.reinforce(tmp_path, tmp_path, transitions=agl.TransitionBuilder())
+    assert error.value.field == "method"
 
 
 def test_a_corpus_that_does_not_exist_is_named() -> None:
@@ -370,8 +384,8 @@ def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, record
     model = build_tiny_model(tmp_path / "tiny-model", corpus=[qa_agent.ANSWERER_PROMPT])
     with _our_stand_in():
         result = qa_training.reinforce(
-            model, tmp_path, steps=2, tasks_per_step=2, n_samples=2, val_tasks=2,
-            console=False, algorithm=recorded_rl.algorithm,
+            model, tmp_path, method="grpo", steps=2, tasks_per_step=2, n_samples=2,
+            val_tasks=2, console=False, algorithm=recorded_rl.algorithm,
             transitions=agl.TransitionBuilder(drop_zero_variance=False),
         )  # fmt: skip
     [answerer] = recorded_rl.instances
