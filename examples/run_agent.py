@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 
-import openai
-
 import agl
 from agl import AlgorithmContext, Baseline
 from agl.testing.openai_server import OpenAIServer, Reply
@@ -35,9 +33,7 @@ def arithmetic_model(request: dict[str, object]) -> Reply:
 @agl.rollout
 async def adder(task: dict[str, int], llm: agl.LLM) -> float:
     """The agent: asks the model, checks the answer, returns the reward."""
-    client = openai.AsyncOpenAI(
-        base_url=llm.endpoint, api_key=llm.api_key or "unused", max_retries=0
-    )
+    client = llm.openai_client(max_retries=0)
     question = f"What is {task['a']}+{task['b']}? Digits only."
     async with client:
         response = await client.chat.completions.create(

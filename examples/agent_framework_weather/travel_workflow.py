@@ -20,7 +20,6 @@ os.environ.setdefault("AGENT_FRAMEWORK_USER_AGENT_DISABLED", "true")
 
 from agent_framework import Agent, AgentResponse, WorkflowBuilder, tool
 from agent_framework.openai import OpenAIChatCompletionClient
-from openai import AsyncOpenAI
 from weather import forecast, reward
 
 import agl
@@ -65,8 +64,7 @@ async def travel_workflow(task: dict[str, Any], llm: agl.LLM) -> float:
         for key, value in llm.sampling_parameters.items()
         if key in ("temperature", "max_tokens") and value is not None
     }
-    api_key = llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused"
-    async with AsyncOpenAI(base_url=llm.endpoint, api_key=api_key, max_retries=0) as openai:
+    async with llm.openai_client(max_retries=0) as openai:
         client = OpenAIChatCompletionClient(model=llm.model, async_client=openai)
         events = await build_workflow(client, options).run(task["question"])
     answers = [o for o in events.get_outputs() if isinstance(o, AgentResponse)]

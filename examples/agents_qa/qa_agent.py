@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import string
 from contextlib import AsyncExitStack
@@ -277,11 +276,7 @@ def model_settings(sampling: dict[str, Any]) -> ModelSettings:
 
 
 def _client(llm: agl.LLM) -> AsyncOpenAI:
-    return AsyncOpenAI(
-        base_url=llm.endpoint,
-        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
-        max_retries=0,
-    )
+    return llm.openai_client(max_retries=0)
 
 
 @agl.rollout

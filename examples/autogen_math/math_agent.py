@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import json
 import operator
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -146,10 +145,8 @@ async def math_agent(task: dict[str, Any], llm: agl.LLM) -> float:
         options["max_tokens"] = max_tokens
     client = OpenAIChatCompletionClient(
         model=llm.model,
-        base_url=llm.endpoint,
-        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
         model_info=MODEL_INFO,
-        max_retries=0,
+        **llm.openai_client_kwargs(max_retries=0),
         **options,
     )
     try:

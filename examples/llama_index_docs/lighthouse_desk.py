@@ -17,7 +17,6 @@ embedding model, no network, and a page is found by the lighthouse's name.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import zlib
 from typing import Any
@@ -28,7 +27,6 @@ from llama_index.core.agent.workflow import AgentOutput, AgentWorkflow, Function
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.openai_like import OpenAILike
-from openai import AsyncOpenAI
 
 import agl
 
@@ -112,13 +110,12 @@ async def _model(llm: agl.LLM, stack: contextlib.AsyncExitStack) -> OpenAILike:
         for key, value in llm.sampling_parameters.items()
         if key in ("temperature", "max_tokens") and value is not None
     }
-    api_key = llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused"
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key=api_key, max_retries=0)
+    client = llm.openai_client(max_retries=0)
     await stack.enter_async_context(client)
     return OpenAILike(
         model=llm.model,
         api_base=llm.endpoint,
-        api_key=api_key,
+        api_key=client.api_key,
         is_chat_model=True,
         is_function_calling_model=True,
         max_retries=0,

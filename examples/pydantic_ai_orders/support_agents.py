@@ -14,10 +14,8 @@ how every LLM call is attributed to ``triage`` or ``support``.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from openai import AsyncOpenAI
 from orders import lookup, reward
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelSettings
@@ -77,8 +75,7 @@ async def order_support(task: dict[str, Any], llm: agl.LLM) -> float:
         for key, value in llm.sampling_parameters.items()
         if key in ("temperature", "max_tokens") and value is not None
     }
-    api_key = llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused"
-    async with AsyncOpenAI(base_url=llm.endpoint, api_key=api_key, max_retries=0) as client:
+    async with llm.openai_client(max_retries=0) as client:
         model = OpenAIChatModel(llm.model, provider=OpenAIProvider(openai_client=client))
         triage, support = build_agents(model, settings)
         order_id = (await triage.run(task["question"])).output.strip()

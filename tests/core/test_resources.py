@@ -125,3 +125,31 @@ def test_register_resource_type() -> None:
 def test_llm_requires_endpoint_and_model() -> None:
     with pytest.raises(ValueError, match="model"):
         LLM(endpoint="http://h/v1", model="")
+
+
+@pytest.mark.anyio
+async def test_llm_openai_client_calls_its_endpoint_with_its_key() -> None:
+    from agl.testing.openai_server import OpenAIServer
+
+    with OpenAIServer(lambda request: "hello") as server:
+        llm = LLM(endpoint=server.url, model="m", api_key="secret")
+        async with llm.openai_client(max_retries=0) as client:
+            reply = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert reply.choices[0].message.content == "hello"
+        assert server.requests[-1].headers["authorization"] == "Bearer secret"
+
+
+def test_llm_openai_clients_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    llm = LLM(endpoint="https://models.example/v1", model="m")
+    first, second = llm.openai_client_kwargs(), llm.openai_client_kwargs(timeout=5.0)
+    assert first["base_url"] == "https://models.example/v1"
+    assert first["api_key"] == "unused"
+    assert second["timeout"] == 5.0
+    # httpx keeps the context it was given on each connection pool: one object, built once
+    pools = [kwargs["http_client"]._transport._pool for kwargs in (first, second)]
+    assert pools[0]._ssl_context is pools[1]._ssl_context
+    own = object()
+    assert llm.openai_client_kwargs(http_client=own)["http_client"] is own

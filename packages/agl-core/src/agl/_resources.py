@@ -16,9 +16,10 @@ into the plugin's class before its agent sees them
 
 from __future__ import annotations
 
+import os
 import string
 import time
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -31,6 +32,9 @@ from pydantic import (
 )
 
 from agl._errors import InvalidInputError, TemplateFormatError
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 __all__ = [
     "LLM",
@@ -136,6 +140,40 @@ class LLM(Resource):
         if api_key is not None:
             update["api_key"] = api_key
         return self.model_copy(update=update)
+
+    def openai_client(self, **kwargs: Any) -> AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` client for this endpoint (:meth:`openai_client_kwargs`;
+        ``kwargs`` such as ``max_retries`` or ``timeout`` go to it too), to close when done
+        (``async with``)."""
+        import openai
+
+        return openai.AsyncOpenAI(**self.openai_client_kwargs(**kwargs))
+
+    def openai_client_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """The keyword arguments of an ``openai.AsyncOpenAI`` for this endpoint, for agent
+        frameworks that build the client themselves (autogen's
+        ``OpenAIChatCompletionClient(model=..., **llm.openai_client_kwargs())``): ``base_url``
+        the endpoint; ``api_key`` this LLM's, else ``OPENAI_API_KEY``'s, else a placeholder
+        (for servers that check none); ``http_client`` one sharing the process's TLS context;
+        then ``kwargs``, which may replace any of them.
+
+        The shared context is the point: ``AsyncOpenAI(base_url=llm.endpoint)`` parses the CA
+        bundle again for its own (25-60 ms of CPU), which an agent that opens a client per
+        rollout pays on every rollout, however local its model.
+        """
+        from agl._tls import tls_context
+
+        try:
+            import openai
+        except ModuleNotFoundError as error:
+            raise ImportError(
+                "an OpenAI client needs the openai package: pip install openai"
+            ) from error
+        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or "unused"
+        base: dict[str, Any] = {"base_url": self.endpoint, "api_key": api_key}
+        if "http_client" not in kwargs:
+            base["http_client"] = openai.DefaultAsyncHttpxClient(verify=tls_context())
+        return {**base, **kwargs}
 
 
 @register_resource_type

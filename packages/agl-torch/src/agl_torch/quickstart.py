@@ -136,9 +136,7 @@ async def solve(task: dict[str, Any], llm: agl.LLM, *, pause: float = 0.0) -> fl
 async def ask(question: str, llm: agl.LLM, *, pause: float = 0.0) -> str:
     """Ask the model ``question`` with the calculator tool, running the calls it makes (at
     most two), and return its final answer's text ("" when it gave none)."""
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "agl", max_retries=0)
+    client = llm.openai_client(max_retries=0)
     messages: list[Any] = [{"role": "user", "content": question}]
     answer = ""
     async with client:

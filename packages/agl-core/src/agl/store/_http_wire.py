@@ -90,12 +90,11 @@ def decode(status: int, body: bytes) -> Any:
 
 
 def ssl_context() -> Any:
-    """Verify servers against certifi's roots, as httpx (the client before aiohttp) did."""
-    import ssl
+    """Verify servers against certifi's roots, as httpx (the client before aiohttp) did: the
+    process's one context (:func:`agl._tls.tls_context`)."""
+    from agl._tls import tls_context
 
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
+    return tls_context()
 
 
 def path_segment(value: str) -> str:
