@@ -192,6 +192,31 @@ def test_token_logprobs_of_a_model_without_logits_to_keep_hold_the_needed_tokens
     assert part[~needed].tolist() == [0.0] * 4
 
 
+def test_token_logprobs_in_chunks_match_in_one_piece_and_their_gradients_too(
+    model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = torch.tensor([[5, 17, 33, 2, 40, 41], [0, 0, 7, 8, 9, 10]])
+    mask = torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]])
+
+    def logprobs_and_gradient() -> tuple[torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        logprobs = token_logprobs(model, ids, mask, temperature=2.0)
+        logprobs.sum().backward()
+        weight = model.get_input_embeddings().weight
+        return logprobs.detach(), weight.grad.detach().clone()
+
+    whole = logprobs_and_gradient()
+    vocabulary = model.get_input_embeddings().weight.shape[0]
+    # three tokens a chunk: the ten logits rows come in four pieces
+    monkeypatch.setattr("agl_torch.policy._LOGPROB_CHUNK_ELEMENTS", 3 * vocabulary)
+    chunked = logprobs_and_gradient()
+    model.zero_grad()
+
+    torch.testing.assert_close(chunked[0], whole[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(chunked[1], whole[1], atol=1e-6, rtol=1e-5)
+    assert whole[1].abs().sum() > 0
+
+
 # --- RL -------------------------------------------------------------------------------------
 
 
