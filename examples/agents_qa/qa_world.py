@@ -36,6 +36,7 @@ __all__ = [
     "Town",
     "World",
     "documents",
+    "in_turns",
     "names",
     "parts",
     "questions",
@@ -283,6 +284,14 @@ def parts(*, val_share: float = 0.25, seed: int = 0) -> Parts:
         rng.shuffle(mine)
         warm += mine[: len(mine) // 2]
         rl += mine[len(mine) // 2 :]
-    by_template = [[q for q in val_part if q["template"] == str(i)] for i in range(len(TEMPLATES))]
-    turns = [q for q in chain.from_iterable(zip_longest(*by_template)) if q is not None]
-    return Parts(warm, rl, turns)
+    return Parts(warm, rl, in_turns(val_part))
+
+
+def in_turns(questions: list[Question], rng: random.Random | None = None) -> list[Question]:
+    """``questions`` with the templates taking turns (each template's in its order, or
+    shuffled by ``rng``), so that any run of them mixes the templates evenly."""
+    by_template = [[q for q in questions if q["template"] == str(i)] for i in range(len(TEMPLATES))]
+    if rng is not None:
+        for mine in by_template:
+            rng.shuffle(mine)
+    return [q for q in chain.from_iterable(zip_longest(*by_template)) if q is not None]

@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
     parser.add_argument("--model", default="stand-in", help="the model name to ask for")
     parser.add_argument("--train", action="store_true", help="train the answerer with RL")
-    parser.add_argument("--steps", type=int, default=12, help="RL steps (--train)")
+    parser.add_argument("--steps", type=int, default=20, help="RL steps (--train)")
     parser.add_argument("--seed", type=int, default=0, help="seeds --train's data and model")
     parser.add_argument(
         "--method",

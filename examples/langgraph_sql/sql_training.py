@@ -40,12 +40,16 @@ from sql_agent import CHECKER_PROMPT, sql_agent
 
 import agl
 
-__all__ = ["INSTRUMENT", "checker", "demonstrations", "reinforce", "train", "warm_up"]
+__all__ = ["INSTRUMENT", "RUNNERS", "checker", "demonstrations", "reinforce", "train", "warm_up"]
 
 INSTRUMENT = ["langchain", "openai"]
 """What the runners trace: LangChain and LangGraph (``agl-langchain``: each node's span names its
 agent, each LLM span carries the response id that joins it to the gateway's token ids), and the
 openai client underneath ``ChatOpenAI`` (the same call, recorded twice, counts once)."""
+
+RUNNERS = 2
+"""Runner processes of the teacher's run and of RL: LangGraph's and the clients' Python, not
+the tiny model, is most of a step, and one process runs it on one core, two on two."""
 
 
 @contextmanager
@@ -67,6 +71,7 @@ def demonstrations(
     right_share: float = 0.3,
     fix_share: float = 0.2,
     seed: int = 0,
+    n_runners: int = RUNNERS,
 ) -> list[dict[str, Any]]:
     """The sloppy teacher's writer and rewriter conversations on ``tasks``: each chat request
     LangChain sends them, as sent, with the teacher's reply. The writer is right on
@@ -82,7 +87,15 @@ def demonstrations(
             "right" if right else "caught" if rng.random() < fix_share else "stuck"
         )
     script = stand_in.script(tasks, plan)
-    every = record_demonstrations(sql_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT)
+    every = record_demonstrations(
+        sql_agent,
+        tasks,
+        script,
+        run_dir=run_dir,
+        instrument=INSTRUMENT,
+        concurrency=-(-64 // n_runners),
+        n_runners=n_runners,
+    )
     return [c for c in every if _system(c) != CHECKER_PROMPT]
 
 
@@ -140,6 +153,7 @@ def reinforce(
     max_tokens: int = 32,
     seed: int = 0,
     trained: Sequence[str] = ("writer", "rewriter"),
+    n_runners: int = RUNNERS,
     console: Any = True,
     algorithm: type[Any] | None = None,
     transitions: agl.TransitionBuilder | None = None,
@@ -172,7 +186,8 @@ def reinforce(
             algorithm={**dict.fromkeys(trained, policy), "*": None},
             resources={"checker_llm": fixed},
             run_dir=run_dir,
-            concurrency=tasks_per_step * n_samples,
+            n_runners=n_runners,
+            concurrency=-(-tasks_per_step * n_samples // n_runners),
             instrument=INSTRUMENT,
             console=console,
             progress=console is not False,

@@ -4,8 +4,8 @@
 
     @agl.rollout
     async def solve(task: dict, llm: agl.LLM, prompt_template: agl.PromptTemplate) -> float:
-        client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "-")
-        ...
+        async with llm.openai_client() as client:  # AsyncOpenAI for llm.endpoint
+            ...
         return 1.0 if answer == task["answer"] else 0.0
 
 An agent function receives the rollout's input as its first argument and, **by parameter

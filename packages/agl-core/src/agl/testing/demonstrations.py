@@ -103,6 +103,7 @@ def record_demonstrations(
     run_dir: str | Path,
     instrument: Sequence[str] | None = None,
     concurrency: int = 64,
+    n_runners: int = 1,
 ) -> list[dict[str, Any]]:
     """Run ``agent`` once over ``tasks`` against the teacher ``script`` (served by
     :class:`~agl.testing.openai_server.OpenAIServer` as the run's ``llm``, model ``"teacher"``)
@@ -118,7 +119,10 @@ def record_demonstrations(
         script: The teacher (see :class:`Demonstrations`).
         run_dir: The dev run's directory (its store and metrics).
         instrument: What the runners trace (as ``Trainer(instrument=...)`` takes it).
-        concurrency: Rollouts at once.
+        concurrency: Rollouts at once (in each runner).
+        n_runners: Runners: 1 runs in this process, more as processes (``Trainer``'s
+            ``n_runners``: the agent then needs to be importable, and the program's main
+            module guarded by ``if __name__ == "__main__"``).
     """
     from agl._resources import LLM
     from agl._trainer import Trainer
@@ -130,6 +134,7 @@ def record_demonstrations(
             run_dir=run_dir,
             resources={"llm": LLM(endpoint=server.url, model="teacher")},
             concurrency=concurrency,
+            n_runners=n_runners,
             instrument=instrument,
             console=False,
             progress=False,
