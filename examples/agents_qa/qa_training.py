@@ -97,13 +97,7 @@ def demonstrations(
     }
     script = stand_in.script(tasks, plan)
     every = record_demonstrations(
-        qa_agent,
-        tasks,
-        script,
-        run_dir=run_dir,
-        instrument=INSTRUMENT,
-        concurrency=-(-64 // n_runners),
-        n_runners=n_runners,
+        qa_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT, n_runners=n_runners
     )
     return [c for c in every if _system(c) == ANSWERER_PROMPT]
 

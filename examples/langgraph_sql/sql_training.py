@@ -88,13 +88,7 @@ def demonstrations(
         )
     script = stand_in.script(tasks, plan)
     every = record_demonstrations(
-        sql_agent,
-        tasks,
-        script,
-        run_dir=run_dir,
-        instrument=INSTRUMENT,
-        concurrency=-(-64 // n_runners),
-        n_runners=n_runners,
+        sql_agent, tasks, script, run_dir=run_dir, instrument=INSTRUMENT, n_runners=n_runners
     )
     return [c for c in every if _system(c) != CHECKER_PROMPT]
 

@@ -119,7 +119,7 @@ def record_demonstrations(
         script: The teacher (see :class:`Demonstrations`).
         run_dir: The dev run's directory (its store and metrics).
         instrument: What the runners trace (as ``Trainer(instrument=...)`` takes it).
-        concurrency: Rollouts at once (in each runner).
+        concurrency: Rollouts at once, in all (shared among the runners).
         n_runners: Runners: 1 runs in this process, more as processes (``Trainer``'s
             ``n_runners``: the agent then needs to be importable, and the program's main
             module guarded by ``if __name__ == "__main__"``).
@@ -133,7 +133,7 @@ def record_demonstrations(
         trainer = Trainer(
             run_dir=run_dir,
             resources={"llm": LLM(endpoint=server.url, model="teacher")},
-            concurrency=concurrency,
+            concurrency=-(-concurrency // max(n_runners, 1)),
             n_runners=n_runners,
             instrument=instrument,
             console=False,
