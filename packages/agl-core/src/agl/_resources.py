@@ -145,9 +145,10 @@ class LLM(Resource):
         """An ``openai.AsyncOpenAI`` client for this endpoint (:meth:`openai_client_kwargs`;
         ``kwargs`` such as ``max_retries`` or ``timeout`` go to it too), to close when done
         (``async with``)."""
+        arguments = self.openai_client_kwargs(**kwargs)  # names the package when it is missing
         import openai
 
-        return openai.AsyncOpenAI(**self.openai_client_kwargs(**kwargs))
+        return openai.AsyncOpenAI(**arguments)
 
     def openai_client_kwargs(self, **kwargs: Any) -> dict[str, Any]:
         """The keyword arguments of an ``openai.AsyncOpenAI`` for this endpoint, for agent
