@@ -117,3 +117,29 @@ async def test_a_sqlite_file_from_before_the_filters_opens_and_is_filled_in(
             assert (await store.query_rollouts(worker_id="w")).total == 1
             await store.add_metrics([agl.MetricsRow(run="r", step=0, time=1.0)])
             assert await store.metric_runs() == ["r"]
+
+
+def test_a_sqlite_file_of_another_schema_version_is_refused_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from agl.store._sqlite_schema import SCHEMA_VERSION
+
+    path = tmp_path / "newer.db"
+    newer = _SQLITE_BEFORE_FILTERS.replace("'schema_version', '1'", "'schema_version', '99'")
+    with sqlite3.connect(path) as db:
+        db.executescript(newer)
+    tables = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+    with sqlite3.connect(path) as db:
+        before = db.execute(tables).fetchall()
+    with pytest.raises(
+        agl.StoreError, match=f"schema version 99; this agl reads version {SCHEMA_VERSION}"
+    ):
+        SQLiteStore(path)
+    with sqlite3.connect(path) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(rollouts)")}
+        after = db.execute(tables).fetchall()
+    # nothing added to a file this agl cannot read
+    assert "enqueue_time" not in columns
+    assert after == before

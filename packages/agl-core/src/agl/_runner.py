@@ -47,13 +47,15 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agl._agent import AgentError, AttemptInputs, LitAgent, as_agent, normalize_result
-from agl._errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
-from agl._resources import LLM, Resource, ResourcesUpdate
+from agl._agent import AttemptInputs, LitAgent, as_agent, normalize_result
+from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
+from agl._heartbeats import Heartbeats
+from agl._resources import ResourcesUpdate
 from agl._rollouts import AttemptStatus, Claim
+from agl._runner_resources import RunnerResources
+from agl._runner_stats import RunnerStats, failure_reason
 from agl.plugins import PluginManager
 from agl.store._base import Store
 
@@ -79,30 +81,6 @@ def enable_auto_instrumentation() -> None:
 def auto_instrumentation() -> bool:
     """Whether ``import agl.auto`` (:func:`enable_auto_instrumentation`) has run."""
     return _AUTO_INSTRUMENT
-
-
-@dataclass
-class RunnerStats:
-    """What a runner did. Each claimed attempt ends in exactly one of the outcome counters."""
-
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    timed_out: int = 0
-    released: int = 0
-    abandoned: int = 0
-    """Attempts the store ended first (timed out, unresponsive, cancelled): not reported."""
-    store_errors: int = 0
-    """Store calls that failed after the client's own retries (the runner kept going)."""
-    gateway_flush_failures: int = 0
-    """Gateway flushes that did not confirm before an attempt was reported (see
-    :mod:`agl.gateway._flusher`)."""
-    reasons: dict[str, int] = field(default_factory=dict)
-    """Failure reasons, with how often each occurred (first line of the reason)."""
-
-    @property
-    def finished(self) -> int:
-        return self.succeeded + self.failed + self.timed_out + self.released + self.abandoned
 
 
 class _Stale(Exception):
@@ -193,7 +171,6 @@ class Runner:
         self._tracer = tracer
         self._owns_tracer = tracer is None
         self._running: dict[asyncio.Task[None], Claim] = {}
-        self._claimed = asyncio.Event()  # a claim started: its limit may shorten the interval
         self._released: set[asyncio.Task[None]] = set()
         self._stale: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Event | None = None
@@ -204,8 +181,7 @@ class Runner:
 
         token = gateway_token if gateway_token is not None else os.environ.get("AGL_GATEWAY_TOKEN")
         self._gateways = GatewayFlusher(token, gateway_flush_timeout)
-        self._resources: dict[str, dict[str, Resource]] = {}
-        self._latest: tuple[float, str, dict[str, Resource]] | None = None
+        self._resources = RunnerResources(self._get_resources, self.plugins, self._gateways.token)
 
     # --- control ----------------------------------------------------------------------------
 
@@ -246,8 +222,10 @@ class Runner:
         for instrumentation in instrumentations:
             instrumentation.instrument()
         signals = self._install_signals()
-        self._claimed = asyncio.Event()
-        heartbeats = asyncio.create_task(self._heartbeats(), name="agl-heartbeats")
+        self._heartbeats = Heartbeats(
+            self.store, self._running, self.heartbeat_interval, self.stats, self._abandon
+        )
+        heartbeats = asyncio.create_task(self._heartbeats.run(), name="agl-heartbeats")
         try:
             await self._claim_loop()
             await self._wind_down()
@@ -307,7 +285,7 @@ class Runner:
                     self._run_attempt(claim), name=f"agl-rollout-{claim.rollout.rollout_id}"
                 )
                 self._running[task] = claim
-                self._claimed.set()
+                self._heartbeats.claimed()
                 task.add_done_callback(self._finished)
                 if self._stopping.is_set():
                     self._release(task)
@@ -346,6 +324,11 @@ class Runner:
         if self._running:
             await asyncio.wait(list(self._running))
 
+    def _abandon(self, task: asyncio.Task[None]) -> None:
+        """The store ended this attempt: cancel its agent, report nothing."""
+        self._stale.add(task)
+        task.cancel()
+
     def _release(self, task: asyncio.Task[None]) -> None:
         if task not in self._released:
             self._released.add(task)
@@ -381,8 +364,9 @@ class Runner:
             async with self._tracer.rollout(*ids, name=f"agl.rollout {self.agent.name}"):
                 try:
                     async with asyncio.timeout(timeout):
-                        resources = await self._fetch_resources(rollout.resources_id, *ids)
-                        flushes = self._flush_urls(rollout.resources_id, *ids)
+                        resources, flushes = await self._resources.for_attempt(
+                            rollout.resources_id, *ids
+                        )
                         inputs = AttemptInputs(rollout.input, rollout, attempt, resources)
                         result = await self._call_agent(inputs)
                     rewards = normalize_result(result, self.agent.primary_reward)
@@ -405,7 +389,7 @@ class Runner:
 
                     emit_exception(exc)
                     status = AttemptStatus.FAILED
-                    reason = _reason(exc)
+                    reason = failure_reason(exc)
             # The agent's own spans are in the store now; the gateways' records of its calls
             # must be too before anyone is told the attempt ended.
             self.stats.gateway_flush_failures += await self._gateways.flush(flushes)
@@ -431,7 +415,7 @@ class Runner:
         except _Stale:
             self.stats.abandoned += 1
             return None
-        self._count(status, reason)
+        self.stats.count(status, reason)
         return status
 
     async def _call_agent(self, inputs: AttemptInputs) -> Any:
@@ -446,51 +430,9 @@ class Runner:
             return await result
         return result
 
-    async def _fetch_resources(
-        self, resources_id: str | None, rollout_id: str, attempt_id: str
-    ) -> dict[str, Resource]:
+    async def _get_resources(self, resources_id: str | None) -> ResourcesUpdate | None:
         assert self.store is not None
-        if resources_id is not None:
-            cached = self._resources.get(resources_id)
-            if cached is None:
-                try:
-                    update = await self._patiently(self.store.get_resources, resources_id)
-                except NotFoundError as exc:
-                    raise AgentError(f"the rollout's resources {resources_id!r} are gone") from exc
-                cached = self._upgraded(update)
-                self._resources[resources_id] = cached
-        else:  # the latest set: re-read at most once a second
-            now = time.monotonic()
-            if self._latest is None or now - self._latest[0] > 1.0:
-                update = await self._patiently(self.store.get_resources, None)
-                rid = update.resources_id if update is not None else ""
-                self._latest = (now, rid, self._upgraded(update))
-            cached = self._latest[2]
-        token = self._gateways.token
-        return {
-            name: value.for_attempt(rollout_id, attempt_id, api_key=token)
-            if isinstance(value, LLM)
-            else value
-            for name, value in cached.items()
-        }
-
-    def _upgraded(self, update: ResourcesUpdate | None) -> dict[str, Resource]:
-        """The set's members, those of a plugin's type the store kept generic in its class."""
-        return {} if update is None else self.plugins.upgrade_resources(update.resources)
-
-    def _flush_urls(self, resources_id: str | None, rollout_id: str, attempt_id: str) -> list[str]:
-        """The flush URLs of the gateways among the (just fetched) resources' LLM endpoints."""
-        from agl.gateway._paths import flush_url
-
-        cached = self._resources.get(resources_id) if resources_id is not None else None
-        if cached is None:
-            cached = self._latest[2] if self._latest is not None else {}
-        urls = {
-            flush_url(value.endpoint, rollout_id, attempt_id)
-            for value in cached.values()
-            if isinstance(value, LLM)
-        }
-        return sorted(url for url in urls if url is not None)
+        return await self._patiently(self.store.get_resources, resources_id)
 
     async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Call the store, waiting out outages (the attempt's timeout still bounds the wait)."""
@@ -527,75 +469,7 @@ class Runner:
             logger.info("attempt %s of %s was ended by the store: %s", attempt_id, rollout_id, exc)
             raise _Stale from exc
 
-    def _count(self, status: AttemptStatus, reason: str | None) -> None:
-        if status == AttemptStatus.SUCCEEDED:
-            self.stats.succeeded += 1
-            return
-        if status == AttemptStatus.RELEASED:
-            self.stats.released += 1
-            return
-        if status == AttemptStatus.TIMEOUT:
-            self.stats.timed_out += 1
-        else:
-            self.stats.failed += 1
-        key = (reason or status.value).splitlines()[0][:200]
-        self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
-
-    # --- heartbeats -------------------------------------------------------------------------
-
-    def _interval(self) -> float:
-        if self.heartbeat_interval is not None:
-            return self.heartbeat_interval
-        limits = [
-            claim.rollout.config.unresponsive_seconds
-            for claim in self._running.values()
-            if claim.rollout.config.unresponsive_seconds is not None
-        ]
-        return min([10.0, *(limit / 3 for limit in limits)])
-
-    async def _heartbeats(self) -> None:
-        """Beat for every running attempt each interval. The interval is recomputed when a
-        claim starts, so a rollout with a short ``unresponsive_seconds`` claimed by an idle
-        runner gets its first heartbeat within a third of its limit, not the idle 10 s."""
-        assert self.store is not None
-        loop = asyncio.get_running_loop()
-        last = loop.time()
-        while True:
-            self._claimed.clear()
-            wait = last + self._interval() - loop.time()
-            if wait > 0:
-                try:
-                    await asyncio.wait_for(self._claimed.wait(), wait)
-                except TimeoutError:
-                    pass
-                else:
-                    continue  # a new claim: recompute when the next beat is due
-            running = [(task, claim) for task, claim in self._running.items() if not task.done()]
-            results = await asyncio.gather(
-                *(
-                    self.store.update_attempt(c.rollout.rollout_id, c.attempt.attempt_id)
-                    for _, c in running
-                ),
-                return_exceptions=True,
-            )
-            for (task, claim), result in zip(running, results, strict=True):
-                if isinstance(result, ConflictError):
-                    # as a refused report says it: whichever the store refuses first
-                    logger.info(
-                        "attempt %s of %s was ended by the store: %s; cancelling the agent",
-                        claim.attempt.attempt_id,
-                        claim.rollout.rollout_id,
-                        result,
-                    )
-                    self._stale.add(task)
-                    task.cancel()
-                elif isinstance(result, StoreUnavailableError):
-                    self.stats.store_errors += 1
-                elif isinstance(result, Exception):
-                    logger.warning("heartbeat for %s failed: %s", claim.attempt.attempt_id, result)
-            # The next beat is due an interval after this one ended, not after it started: a
-            # beat held up by an unreachable store is not followed by another at once.
-            last = loop.time()
+    # --- signals ---------------------------------------------------------------------------
 
     def _install_signals(self) -> list[int]:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
@@ -623,12 +497,3 @@ class Runner:
                 self.drain_timeout,
             )
         self.stop(drain=True)
-
-
-def _reason(exc: BaseException) -> str:
-    """A one-line reason for a failed attempt: the exception's type and message."""
-    if isinstance(exc, AgentError):
-        return str(exc)
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__qualname__
-    return f"{name}: {message}"[:500] if message else name

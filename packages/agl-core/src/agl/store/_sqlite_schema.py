@@ -1,0 +1,130 @@
+"""The SQLite store's tables, and what opening a file does to them.
+
+A new file gets every table. A file an older agl wrote (same schema version) gets the columns
+and indexes added since, the columns filled in from the stored rows. A file of another schema
+version is refused with the versions named.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from agl._errors import StoreError
+
+__all__ = ["SCHEMA_VERSION", "prepare"]
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    rollout_id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    queue_pos INTEGER,
+    next_span_seq INTEGER NOT NULL DEFAULT 1,
+    data TEXT NOT NULL,
+    enqueue_time REAL
+);
+CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts (queue_pos) WHERE queue_pos IS NOT NULL;
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, seq);
+CREATE TABLE IF NOT EXISTS attempts (
+    rollout_id TEXT NOT NULL,
+    attempt_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    deadline REAL,
+    data TEXT NOT NULL,
+    worker_id TEXT,
+    PRIMARY KEY (rollout_id, attempt_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS attempts_deadline ON attempts (deadline) WHERE deadline IS NOT NULL;
+CREATE TABLE IF NOT EXISTS spans (
+    rollout_id TEXT NOT NULL,
+    sequence_id INTEGER NOT NULL,
+    attempt_id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (rollout_id, sequence_id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS spans_identity
+    ON spans (rollout_id, attempt_id, span_id, trace_id);
+CREATE TABLE IF NOT EXISTS resources (
+    version INTEGER PRIMARY KEY,
+    resources_id TEXT NOT NULL UNIQUE,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (worker_id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS metrics (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run, seq);
+"""
+
+_ADDED_COLUMNS = {
+    # table: (column, its type, how to fill it in from the JSON rows written before it)
+    "rollouts": ("enqueue_time", "REAL", "json_extract(data, '$.enqueue_time')"),
+    "attempts": ("worker_id", "TEXT", "json_extract(data, '$.worker_id')"),
+}
+"""Columns a store file written before them (same schema version) gets when it is opened."""
+
+_INDEXES_OF_ADDED_COLUMNS = """
+CREATE INDEX IF NOT EXISTS rollouts_enqueue_time ON rollouts (enqueue_time);
+CREATE INDEX IF NOT EXISTS attempts_worker ON attempts (worker_id, rollout_id)
+    WHERE worker_id IS NOT NULL;
+"""
+
+
+def _add_columns(connection: sqlite3.Connection) -> None:
+    """Give a file written by an older agl the columns and indexes this one queries.
+
+    In one write transaction: a process opening the file at the same time waits, then finds
+    the columns there.
+    """
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        for table, (column, kind, source) in _ADDED_COLUMNS.items():
+            present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                connection.execute(f"UPDATE {table} SET {column} = {source}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.executescript(_INDEXES_OF_ADDED_COLUMNS)
+
+
+def prepare(connection: sqlite3.Connection, path: Path) -> None:
+    """Create the tables (or check a file's schema version), then add what an older agl lacks.
+
+    A file of another schema version is refused before anything is written to it.
+
+    Raises:
+        StoreError: The file holds a store of another schema version.
+    """
+    _check_version(connection, path)
+    connection.executescript(SCHEMA)
+    connection.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+    _check_version(connection, path)  # another process may have created the file meanwhile
+    _add_columns(connection)
+
+
+def _check_version(connection: sqlite3.Connection, path: Path) -> None:
+    has_meta = connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta is None:
+        return
+    row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) != SCHEMA_VERSION:
+        raise StoreError(
+            f"{str(path)!r} holds an agl store of schema version {row[0]}; "
+            f"this agl reads version {SCHEMA_VERSION}"
+        )
