@@ -11,7 +11,9 @@ assignment answers.
 
 One tiny model serves both agents. It is built in code and warmed up once per seed on a
 sloppy teacher's demonstrations of both hops (the calculator in half of them, a near-miss
-guess in the others: :func:`agl_torch.quickstart.demonstrations`), then every configuration
+guess in the others: :func:`agl_torch.quickstart.demonstrations`), its learning rate decaying
+linearly to 0 (a constant one left one seed's warm model on a loss spike that RL did not
+recover from in 6 updates: :data:`agl_torch.sft.LRSchedule`), then every configuration
 trains from that same model with LightningRL on agl-torch, for ``--steps`` updates of
 ``--tasks-per-step`` questions x ``--samples`` samples, and is validated on ``--val``
 questions before the first update and after the last. The configurations:
@@ -127,6 +129,7 @@ def warm_up(out: Path, *, seed: int, epochs: int, demos: int) -> Path:
         seed=seed,
         max_position_embeddings=1024,
         progress=False,
+        lr_schedule="linear",
     )
 
 

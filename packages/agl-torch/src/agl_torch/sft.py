@@ -24,7 +24,7 @@ import os
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agl import (
     AlgorithmContext,
@@ -46,7 +46,17 @@ from agl_torch.settings import CheckpointSettings, LearnerSettings, ServingSetti
 if TYPE_CHECKING:
     from agl_torch.data import SFTExample, TrainOn
 
-__all__ = ["SFTTorch", "best_transitions", "train_on_messages"]
+__all__ = ["LRSchedule", "SFTTorch", "best_transitions", "train_on_messages"]
+
+LRSchedule = Literal["constant", "linear"]
+"""How :func:`train_on_messages` moves the learning rate over its optimizer steps:
+``"constant"``, the learner's throughout, or ``"linear"``, from the learner's down to nearly
+0 at the last step (as ``transformers``' ``Trainer`` does by default). With a constant rate
+the model saved is wherever the last steps left it, a loss spike included; a decaying one
+settles it. On ``benchmarks/learning.py``'s warm-up (40 epochs at 3e-3), three seeds ended
+at losses 0.252 / 0.182 / 0.170 with a constant rate (the first on a spike: 0.194 two epochs
+before) and 0.171 / 0.178 / 0.165 with a linear one; the same RL run then gained 0.158 +-
+0.163 from the constant warm-ups and 0.250 +- 0.050 from the linear ones."""
 
 
 def train_on_messages(
@@ -60,6 +70,7 @@ def train_on_messages(
     seed: int = 0,
     on_step: Callable[[int, int, dict[str, float]], None] | None = None,
     train_on: TrainOn = "all",
+    lr_schedule: LRSchedule = "constant",
 ) -> list[dict[str, float]]:
     """Fine-tune ``learner``'s model on chat conversations; return each epoch's metrics.
 
@@ -75,6 +86,8 @@ def train_on_messages(
         train_on: ``"all"`` assistant turns, the ``"last"`` one only (demonstrations
             recorded per request), or the whole ``"text"`` (a model built from scratch
             learns to read its prompts): :data:`agl_torch.data.TrainOn`.
+        lr_schedule: ``"constant"`` or ``"linear"`` decay to 0 over the run
+            (:data:`LRSchedule`); the learner's rate is restored afterwards.
     """
     from agl_torch.data import sft_examples_from_messages
 
@@ -82,6 +95,7 @@ def train_on_messages(
         raise InvalidInputError(
             f"epochs must be >= 0 and batch_size >= 1 (got {epochs}, {batch_size})"
         )
+    _checked_schedule(lr_schedule, "lr_schedule")
     built = sft_examples_from_messages(
         learner.tokenizer, conversations, tools=tools, max_length=max_length, train_on=train_on
     )
@@ -93,25 +107,48 @@ def train_on_messages(
         )
     order = random.Random(seed)
     per_epoch = -(-len(examples) // batch_size)
+    steps = epochs * per_epoch
+    rates = [group["lr"] for group in learner.optimizer.param_groups]
     history: list[dict[str, float]] = []
-    for epoch in range(epochs):
-        shuffled = list(examples)
-        order.shuffle(shuffled)
-        losses: list[float] = []
-        for index in range(0, len(shuffled), batch_size):
-            metrics = learner.sft_step(shuffled[index : index + batch_size])
-            losses.append(metrics["loss"])
-            if on_step is not None:
-                on_step(epoch * per_epoch + index // batch_size + 1, epochs * per_epoch, metrics)
-        history.append(
-            {
-                "epoch": float(epoch + 1),
-                "loss": statistics.fmean(losses) if losses else 0.0,
-                "examples": float(len(examples)),
-                **{f"dropped/{k}": float(v) for k, v in built.dropped.items()},
-            }
-        )
+    try:
+        for epoch in range(epochs):
+            shuffled = list(examples)
+            order.shuffle(shuffled)
+            losses: list[float] = []
+            for index in range(0, len(shuffled), batch_size):
+                step = epoch * per_epoch + index // batch_size
+                if lr_schedule == "linear":
+                    _set_rates(learner.optimizer, rates, 1.0 - step / steps)
+                metrics = learner.sft_step(shuffled[index : index + batch_size])
+                losses.append(metrics["loss"])
+                if on_step is not None:
+                    on_step(step + 1, steps, metrics)
+            history.append(
+                {
+                    "epoch": float(epoch + 1),
+                    "loss": statistics.fmean(losses) if losses else 0.0,
+                    "examples": float(len(examples)),
+                    **{f"dropped/{k}": float(v) for k, v in built.dropped.items()},
+                }
+            )
+    finally:
+        _set_rates(learner.optimizer, rates, 1.0)
     return history
+
+
+def _checked_schedule(schedule: Any, field: str) -> LRSchedule:
+    if schedule not in ("constant", "linear"):
+        raise InvalidInputError(
+            f"{field} must be 'constant' or 'linear' (got {schedule!r})",
+            field=field,
+            value=schedule,
+        )
+    return schedule  # type: ignore[no-any-return]
+
+
+def _set_rates(optimizer: Any, rates: list[float], scale: float) -> None:
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate * scale
 
 
 class SFTTorch(StepAlgorithm):
@@ -122,8 +159,9 @@ class SFTTorch(StepAlgorithm):
         messages: Chat conversations to train on before the first rollout (a list, or any
             dataset :func:`agl.load_tasks` reads: JSONL, Parquet, a HF dataset).
         tools: Tools rendered into the conversations' prompts.
-        message_epochs / message_batch_size: Passes over ``messages`` and conversations per
-            optimizer step.
+        message_epochs / message_batch_size / message_lr_schedule: Passes over ``messages``,
+            conversations per optimizer step, and the learning rate over those steps
+            (:data:`LRSchedule`).
         max_length: Longer conversations are dropped (counted).
         top_k / min_reward: Which rollouts of each step to learn from (see
             :func:`best_transitions`).
@@ -143,6 +181,7 @@ class SFTTorch(StepAlgorithm):
         tools: Sequence[Mapping[str, Any]] | None = None,
         message_epochs: int = 1,
         message_batch_size: int = 32,
+        message_lr_schedule: LRSchedule = "constant",
         max_length: int = 2048,
         top_k: int = 1,
         min_reward: float = 1.0,
@@ -158,6 +197,7 @@ class SFTTorch(StepAlgorithm):
         self.tools = tools
         self.message_epochs = message_epochs
         self.message_batch_size = message_batch_size
+        self.message_lr_schedule = _checked_schedule(message_lr_schedule, "message_lr_schedule")
         self.max_length = max_length
         self.top_k = top_k
         self.min_reward = min_reward
@@ -195,6 +235,7 @@ class SFTTorch(StepAlgorithm):
                 conversations,
                 epochs=self.message_epochs,
                 batch_size=self.message_batch_size,
+                lr_schedule=self.message_lr_schedule,
                 tools=self.tools,
                 max_length=self.max_length,
                 seed=self.learner.seed,

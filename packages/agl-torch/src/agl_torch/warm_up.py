@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from agl_torch.data import TrainOn
+    from agl_torch.sft import LRSchedule
 
 __all__ = ["Method", "rl_after_warm_up", "warm_up_tiny_model"]
 
@@ -42,6 +43,7 @@ def warm_up_tiny_model(
     progress: bool = True,
     console: Any = None,
     train_on: TrainOn = "all",
+    lr_schedule: LRSchedule = "constant",
 ) -> Path:
     """Build the tiny model for ``conversations``, fine-tune it on them, save it; return its
     folder (``run_dir/warm-model``; the untrained one is ``run_dir/base-model``).
@@ -63,6 +65,8 @@ def warm_up_tiny_model(
             whose earlier assistant turns are other agents' replies or already recorded), or
             the whole ``"text"``: the prompts too, which teaches the model built from scratch
             to read them (:data:`agl_torch.data.TrainOn`).
+        lr_schedule: ``"constant"``, or ``"linear"`` decay to 0 over the fine-tuning, which
+            settles the model saved (:data:`agl_torch.sft.LRSchedule`).
     """
     from rich.console import Console
     from rich.progress import Progress
@@ -115,6 +119,7 @@ def warm_up_tiny_model(
             seed=seed,
             on_step=on_step,
             train_on=train_on,
+            lr_schedule=lr_schedule,
         )
     if history:
         dropped = {k: int(v) for k, v in history[-1].items() if k.startswith("dropped/") and v}
