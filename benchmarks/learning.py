@@ -28,7 +28,7 @@ questions before the first update and after the last. The configurations:
 - ``second-only``: ``final``, training the ``second`` agent only (``first`` frozen).
 
 Prints a Markdown table: validation reward before and after (mean ± sample deviation over the
-seeds), the gain, and minutes per run. ~25 minutes on 2 cores with the defaults.
+seeds), the gain, and minutes per run. ~24 minutes on 2 cores with the defaults.
 
 Run: ``uv run --no-sync python benchmarks/learning.py``.
 """
@@ -188,10 +188,10 @@ def _spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6, help="updates per run")
+    parser.add_argument("--steps", type=int, default=10, help="updates per run")
     parser.add_argument("--tasks-per-step", type=int, default=8)
     parser.add_argument("--samples", type=int, default=8, help="rollouts per question")
-    parser.add_argument("--val", type=int, default=40, help="validation questions")
+    parser.add_argument("--val", type=int, default=80, help="validation questions")
     parser.add_argument("--warmup-epochs", type=int, default=40)
     parser.add_argument("--demos", type=int, default=200, help="demonstrations per hop")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which, comma-separated")

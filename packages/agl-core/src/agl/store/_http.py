@@ -1,8 +1,8 @@
 """``http://host:port``: a client of a store served by ``agl store serve``.
 
-One keep-alive connection pool per event loop (aiohttp, used directly: httpx's request and
-response models cost more per request than the store's server spends answering it). Connection
-failures are retried with exponential backoff; requests that may have reached the server are
+One keep-alive connection pool per event loop, with retries and fail-over
+(:mod:`agl.store._http_transport`). Connection failures are retried with exponential backoff;
+requests that may have reached the server are
 retried only when repeating them is harmless, which the client arranges: it names new rollouts
 and resource sets itself, so a repeated enqueue or publish finds the first one, and spans are
 idempotent in every store (a dequeue and a batch of metrics rows are not repeated: the first
@@ -12,16 +12,13 @@ same exception classes the other backends raise (:mod:`agl.store._http_wire`).
 
 from __future__ import annotations
 
-import asyncio
 import os
-import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
-from pydantic_core import to_json
 
-from agl._errors import AglError, StoreError, StoreUnavailableError
+from agl._errors import AglError, StoreUnavailableError
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -39,21 +36,19 @@ from agl._rollouts import (
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_ENQUEUE, SPAN_PAGE_SIZE, as_list, as_resources
+from agl.store._http_transport import HttpTransport
 from agl.store._http_wire import (
     BodyTooLargeError,
     base_url,
-    decode,
-    never_sent,
     path_segment,
     polls,
-    ssl_context,
     starting_at,
 )
 from agl.store._span_batches import byte_chunks, renumbered
 from agl.store._storable import refuse_unstorable
 
 if TYPE_CHECKING:
-    import aiohttp
+    pass
 
 __all__ = ["HttpStore", "starting_at"]
 
@@ -71,7 +66,6 @@ _metrics = TypeAdapter(list[MetricsRow])
 _requests = TypeAdapter(list[RolloutRequest])
 _optional_resources: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 
-_JSON_CONTENT = {"content-type": "application/json"}
 
 MAX_SPAN_BYTES = 8 * 1024 * 1024
 """The largest request of spans :class:`HttpStore` sends by default."""
@@ -104,118 +98,18 @@ class HttpStore(ClosingStore):
         retries: int = 5,
         max_span_bytes: int = MAX_SPAN_BYTES,
     ) -> None:
-        self._bases = [base_url(one.strip(), url) for one in url.split(",")]
-        self._current = 0
-        self._https = any(base.startswith("https:") for base in self._bases)
-        self._token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
-        self._timeout = timeout
-        self._retries = retries
+        self._http = HttpTransport(
+            [base_url(one.strip(), url) for one in url.split(",")],
+            token if token is not None else os.environ.get("AGL_STORE_TOKEN"),
+            timeout,
+            retries,
+        )
+        self._request = self._http.request
         self._max_span_bytes = max_span_bytes
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
-        self._closed = False
 
     @property
     def url(self) -> str:
-        return ",".join(self._bases)
-
-    # --- transport --------------------------------------------------------------------------
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise StoreError(f"the store {self.url!r} is closed")
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None:
-            import aiohttp
-
-            headers = {"authorization": f"Bearer {self._token}"} if self._token else {}
-            connector = aiohttp.TCPConnector(
-                limit=256, keepalive_timeout=5.0, ssl=ssl_context() if self._https else True
-            )
-            session = aiohttp.ClientSession(
-                connector=connector,
-                headers=headers,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                trust_env=False,
-            )
-            self._sessions[loop] = session
-        return session
-
-    def _timeouts(self, wait: float) -> aiohttp.ClientTimeout:
-        import aiohttp
-
-        # ``connect`` bounds waiting for a pooled connection and opening one; ``sock_read``
-        # bounds the wait for the answer, which a long poll extends by its own wait.
-        return aiohttp.ClientTimeout(
-            total=None,
-            connect=self._timeout + wait,
-            sock_connect=min(self._timeout, 10.0),
-            sock_read=self._timeout + wait,
-        )
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        content: bytes | None = None,
-        params: Any = None,
-        idempotent: bool = True,
-        wait: float = 0.0,
-    ) -> Any:
-        """Send a request, retrying transport failures; return the decoded JSON body."""
-        if json is not None:
-            content = to_json(json)
-        timeout = self._timeouts(wait)
-        delay = 0.05
-        for attempt in range(self._retries + 1):
-            base = self._bases[self._current]
-            try:
-                async with self._session().request(
-                    method,
-                    base + path,
-                    data=content,
-                    params=params,
-                    headers=_JSON_CONTENT if content is not None else None,
-                    timeout=timeout,
-                    allow_redirects=False,
-                ) as response:
-                    status, body = response.status, await response.read()
-            except Exception as exc:
-                unsent = never_sent(exc)
-                if unsent is None:
-                    raise
-                if not (unsent or idempotent) or attempt == self._retries:
-                    raise StoreUnavailableError(
-                        f"store at {base} unreachable ({type(exc).__name__}: {exc}) "
-                        f"after {attempt + 1} tries"
-                        + ("" if unsent else "; not repeated: it may have been carried out")
-                    ) from exc
-                if self._fail_over(base):
-                    continue  # another server answers for the same data: try it at once
-                await asyncio.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 2.0)
-                continue
-            if status == 503 and attempt < self._retries:
-                self._fail_over(base)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            return decode(status, body)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _fail_over(self, failed: str) -> bool:
-        """Move on to the next server after ``failed``; False when there is no other one.
-
-        Requests go to one server until it fails, then the next in the list takes over (for
-        every request of this client): servers over one database serve the same data.
-        """
-        if len(self._bases) == 1:
-            return False
-        if self._bases[self._current] == failed:
-            self._current = (self._current + 1) % len(self._bases)
-        return True
+        return self._http.url
 
     # --- rollouts ---------------------------------------------------------------------------
 
@@ -485,18 +379,7 @@ class HttpStore(ClosingStore):
         For code that used the store from an event loop it is about to end (a helper thread's
         ``asyncio.run``): the store stays open for every other loop.
         """
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
-        if session is not None:
-            await session.close()
+        await self._http.release_loop()
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        sessions, self._sessions = self._sessions, {}
-        current = asyncio.get_running_loop()
-        for loop, session in sessions.items():
-            if loop is current:
-                await session.close()
-            elif not loop.is_closed() and loop.is_running():
-                asyncio.run_coroutine_threadsafe(session.close(), loop)
+        await self._http.close()

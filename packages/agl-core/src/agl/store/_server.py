@@ -40,27 +40,39 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ValidationError
 
-from agl._metric_rows import MetricsPage, MetricsRow
+from agl._metric_rows import MetricsPage
 from agl._resources import ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
-    ROLLOUT_ID_PATTERN,
     Attempt,
     AttemptStatus,
-    Claim,
     Rollout,
     RolloutMode,
     RolloutPage,
-    RolloutRequest,
     RolloutStatus,
-    Worker,
 )
 from agl._server_auth import BearerTokenMiddleware
-from agl._spans import Span
 from agl.store._base import Store, StoreStatistics
-from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS, SPAN_PAGE_SIZE
+from agl.store._checks import SPAN_PAGE_SIZE
 from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
+from agl.store._server_bodies import (
+    AttemptsBody,
+    AttemptUpdateBody,
+    ClaimsBody,
+    DequeueBody,
+    EnqueueBody,
+    ErrorBody,
+    MetricsBody,
+    ResourcesBody,
+    RolloutsBody,
+    RunsBody,
+    SequenceIdsBody,
+    SpansBody,
+    SpansPage,
+    WaitBody,
+    WorkersBody,
+)
 from agl.store._server_errors import (
     BodyLimitMiddleware,
     MalformedBody,
@@ -83,109 +95,6 @@ _JSON = "application/json"
 
 _Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
 _Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
-
-
-# --- request and response bodies --------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class EnqueueBody(_Body):
-    requests: list[RolloutRequest] = Field(
-        max_length=MAX_ENQUEUE, description=f"at most {MAX_ENQUEUE:,} rollouts a request"
-    )
-
-
-class RolloutsBody(_Body):
-    rollouts: list[Rollout]
-
-
-_POLL = (
-    f"Seconds to hold the request at most (a long poll), at most {MAX_POLL_SECONDS:g}: "
-    "wait longer by asking again."
-)
-
-
-class DequeueBody(_Body):
-    limit: int = Field(default=1, ge=1, le=10_000)
-    worker_id: str | None = None
-    wait: float = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
-
-
-class ClaimsBody(_Body):
-    claims: list[Claim]
-
-
-class WaitBody(_Body):
-    rollout_ids: list[str]
-    timeout: float = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
-
-
-class AttemptUpdateBody(_Body):
-    status: AttemptStatus | None = None
-    heartbeat: bool = True
-    reason: str | None = None
-
-
-class AttemptsBody(_Body):
-    attempts: list[Attempt]
-
-
-class SpansBody(_Body):
-    spans: list[Span]
-
-
-class SpansPage(_Body):
-    spans: list[Span]
-    next_after: int | None = Field(
-        description="Pass as `after` for the next page; null when this page is the last."
-    )
-
-
-class SequenceIdsBody(_Body):
-    sequence_ids: list[int]
-
-
-class ResourceJson(BaseModel):
-    """One resource as JSON: a ``type`` tag (``llm``, ``prompt_template``, or a plugin's) and
-    that type's fields. A type this server does not know is kept as it is."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str = Field(min_length=1)
-
-
-class ResourcesBody(_Body):
-    resources: dict[Annotated[str, Field(min_length=1)], ResourceJson] = Field(
-        description="name (not empty) -> resource, by its type tag"
-    )
-    resources_id: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
-            ),
-        ]
-        | None
-    ) = Field(default=None, description="one URL path segment, as a rollout id")
-
-
-class MetricsBody(_Body):
-    rows: list[MetricsRow]
-
-
-class RunsBody(_Body):
-    runs: list[str]
-
-
-class WorkersBody(_Body):
-    workers: list[Worker]
-
-
-class ErrorBody(_Body):
-    error: dict[str, Any]
 
 
 # --- the app ----------------------------------------------------------------------------------
