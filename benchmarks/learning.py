@@ -12,11 +12,12 @@ assignment answers.
 One tiny model serves both agents. It is built in code and warmed up once per seed on a
 sloppy teacher's demonstrations of both hops (the calculator in half of them, a near-miss
 guess in the others: :func:`agl_torch.quickstart.demonstrations`), its learning rate decaying
-linearly to 0 (a constant one left one seed's warm model on a loss spike that RL did not
-recover from in 6 updates: :data:`agl_torch.sft.LRSchedule`), then every configuration
-trains from that same model with LightningRL on agl-torch, for ``--steps`` updates of
-``--tasks-per-step`` questions x ``--samples`` samples, and is validated on ``--val``
-questions before the first update and after the last. The configurations:
+linearly to 0 (with a constant one, seed 0's warm model ended on a loss spike, and RL from it
+gained 0.00-0.10 in three runs where it gained 0.15-0.50 in six from the decayed one:
+:data:`agl_torch.sft.LRSchedule`), then every configuration trains from that same model
+with LightningRL on agl-torch, for ``--steps`` updates of ``--tasks-per-step`` questions x
+``--samples`` samples, and is validated on ``--val`` questions before the first update and
+after the last. The configurations:
 
 - ``final`` (the default): the final reward copied to every call, GRPO over rollouts;
 - ``step``: each call gets the step rewards emitted for it plus the final reward;
