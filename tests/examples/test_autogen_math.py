@@ -252,12 +252,20 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
-    """``run.py --train`` as it ships: the warm-up, 12 RL steps, validation on new problems."""
+    """``run.py --train`` as it ships (the warm-up, 12 RL steps), validated on 80 new problems
+    rather than 40: one validation on 40 moves by about +-0.08 on its own, and seed 0's gain
+    (0.350 -> 0.625 in the README) is not much larger than two of those."""
     with _our_stand_in():
-        result = math_training.train(tmp_path, console=False)
+        warm = math_training.warm_up(tmp_path, progress=False)
+        result = math_training.reinforce(warm, tmp_path, val_tasks=80, console=False)
     vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]
+    steps = [
+        (row.get("reward/mean"), row.get("rollouts/failed"))
+        for row in result.history
+        if "reward/mean" in row
+    ]
     assert len(vals) == 2
     before, after = vals
-    assert after >= before + 0.1, vals  # seed 0 in the README: 0.300 -> 0.725
-    assert after >= 0.2, vals
+    assert after >= before + 0.1, (vals, steps)
+    assert after >= 0.2, (vals, steps)
     assert (tmp_path / "reward.png").is_file()
