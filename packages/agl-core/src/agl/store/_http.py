@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -46,9 +46,6 @@ from agl.store._http_wire import (
 )
 from agl.store._span_batches import byte_chunks, renumbered
 from agl.store._storable import refuse_unstorable
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["HttpStore", "starting_at"]
 
