@@ -26,6 +26,7 @@ EXPECTED = {
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
     "SamplingSettings", "DatasetSource", "ServerThread", "check_at_least", "load_tasks",
     "model_or_env", "plot_metrics", "read_metrics", "reward_metrics", "settings",
+    "CommandAgent", "CommandResult",
 }  # fmt: skip
 
 

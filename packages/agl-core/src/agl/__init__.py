@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         model_or_env,
         reward_metrics,
     )
+    from agl._command_agent import CommandAgent, CommandResult
     from agl._datasets import DatasetSource, load_tasks
     from agl._metrics import plot_metrics, read_metrics
     from agl._per_agent import PerAgent
@@ -85,6 +86,8 @@ _LAZY = {
     "Algorithm": "agl._algorithm",
     "AlgorithmContext": "agl._algorithm",
     "Baseline": "agl._algorithm",
+    "CommandAgent": "agl._command_agent",
+    "CommandResult": "agl._command_agent",
     "DatasetSource": "agl._datasets",
     "ServerThread": "agl._server_thread",
     "load_tasks": "agl._datasets",
@@ -131,6 +134,8 @@ __all__ = [
     "AttemptStatus",
     "Baseline",
     "Claim",
+    "CommandAgent",
+    "CommandResult",
     "ConflictError",
     "DatasetSource",
     "FitResult",
