@@ -25,6 +25,8 @@ TOKEN = "s3cret-token"
 BODIES: dict[str, Any] = {
     "chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "completions": {"model": "m", "prompt": "hi", "max_tokens": 4},
+    "responses": {"model": "m", "input": "hi", "max_output_tokens": 4},
+    "messages": {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
 }
 
 
@@ -78,7 +80,8 @@ async def test_every_route_refuses_a_missing_or_wrong_token(
     gateway: GatewayServer, store: MemoryStore, upstream: OpenAIServer, header: str | None
 ) -> None:
     routes = await every_route(gateway, store)
-    assert len(routes) >= 7  # health, models, chat, completions, flush, docs, openapi
+    # health, models, chat, completions, responses, messages, flush, docs, openapi
+    assert len(routes) >= 9
     before = len(upstream.requests)
     headers = {"authorization": header} if header is not None else {}
     async with httpx.AsyncClient(headers=headers) as client:
@@ -86,8 +89,11 @@ async def test_every_route_refuses_a_missing_or_wrong_token(
             reply = await client.request(method, url, json=body)
             assert reply.status_code == 401, (method, url, reply.text)
             assert reply.headers["www-authenticate"].startswith("Bearer")
-            error = reply.json()["error"]  # OpenAI's error format, which clients understand
-            assert error["type"] == "AuthenticationError"
+            error = reply.json()["error"]  # the wire's error format, which its clients read
+            if url.endswith("/v1/messages"):
+                assert error["type"] == "authentication_error"  # Anthropic's
+            else:
+                assert error["type"] == "AuthenticationError"  # OpenAI's
             assert "Bearer" in error["message"]
     assert len(upstream.requests) == before  # nothing reached the upstream
 

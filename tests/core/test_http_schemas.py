@@ -94,6 +94,8 @@ def test_the_gateway_answers_as_its_document_says() -> None:
         labels = fuzz(f"{gateway.url}/openapi.json", 30, path=ids)
     assert "POST /rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions" in labels
     assert "POST /rollout/{rollout_id}/attempt/{attempt_id}/v1/completions" in labels
+    assert "POST /rollout/{rollout_id}/attempt/{attempt_id}/v1/responses" in labels
+    assert "POST /rollout/{rollout_id}/attempt/{attempt_id}/v1/messages" in labels
 
 
 def _short_polls(case: Any) -> None:

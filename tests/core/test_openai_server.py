@@ -98,9 +98,6 @@ def test_last_user_text_reads_every_request_shape() -> None:
     assert last_user_text({"prompt": "p"}) == "p"
     assert last_user_text({"prompt": encode("ids")}) == "ids"
     assert last_user_text({"prompt": ["x", "y"]}) == "y"
-    assert last_user_text({"input": "i"}) == "i"
-    item = {"role": "user", "content": [{"type": "input_text", "text": "j"}]}
-    assert last_user_text({"input": [item], "instructions": "sys"}) == "j"
 
 
 def test_importing_agl_does_not_import_the_test_server() -> None:
@@ -385,7 +382,7 @@ def test_bad_requests(client: openai.OpenAI, server: OpenAIServer) -> None:
         client.completions.create(model="m", prompt=[5, 999])
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="m", input="hi")
-    with pytest.raises(openai.BadRequestError, match="'input' items must be objects"):
+    with pytest.raises(openai.BadRequestError, match=r"'input\[0\]' must be an object"):
         client.responses.create(model="m", input=["hi"])  # type: ignore[list-item]
     response = httpx.post(f"{server.url}/chat/completions", content=b"{not json")
     assert response.status_code == 400
@@ -503,7 +500,7 @@ def test_responses(client: openai.OpenAI, server: OpenAIServer) -> None:
     item = called.output[0]
     assert item.type == "function_call"
     assert (item.name, json.loads(item.arguments)) == ("get_weather", {"city": "Paris"})
-    assert item.call_id.startswith("call_")
+    assert item.call_id.startswith("chatcmpl-tool-")  # the engine's own tool call id
 
 
 def test_responses_stream(client: openai.OpenAI, server: OpenAIServer) -> None:

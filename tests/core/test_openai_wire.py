@@ -59,7 +59,6 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("completions", {"prompt": 5}, "prompt", "'prompt'"),
     ("completions", {"prompt": "x", "logprobs": -1}, "logprobs", "from 0 to 20"),
     ("completions", {"prompt": "x", "seed": 1.5}, "seed", "an integer"),
-    ("responses", {"input": 3}, "input", "'input'"),
 ]
 
 
@@ -100,11 +99,6 @@ def test_a_good_request_is_read_whole() -> None:
         2,
         None,
     )
-    responses = read_request({"instructions": "be brief", "input": "hi"}, "responses")
-    assert responses.messages == [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "hi"},
-    ]
 
 
 def test_bodies_that_are_not_json_objects() -> None:
@@ -159,7 +153,7 @@ def test_errors_events_and_logprobs() -> None:
 def test_the_scripted_server_answers_the_same_errors(
     scripted: OpenAIServer, api: str, body: dict[str, Any], field: str, words: str
 ) -> None:
-    route = {"chat": "chat/completions", "completions": "completions", "responses": "responses"}
+    route = {"chat": "chat/completions", "completions": "completions"}
     reply = httpx.post(f"{scripted.url}/{route[api]}", json=body)
     with pytest.raises(WireError) as caught:
         read_request(body, api)  # type: ignore[arg-type]

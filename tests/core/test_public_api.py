@@ -54,12 +54,14 @@ FACADES = {
     "agl.cli": {"app", "main"},
     "agl.gateway": {"Gateway", "GatewayServer"},
     "agl.openai_wire": {
-        "DONE", "MAX_TOP_LOGPROBS", "Api", "Logprob", "TokenLogprobs", "WireError", "WireRequest",
-        "WireJSONResponse",
+        "ANTHROPIC_VERSION", "DONE", "MAX_TOP_LOGPROBS", "WIRES", "Api", "ChatAnswer", "ChatReader",
+        "Logprob", "MessagesWire", "ResponsesWire", "TokenLogprobs", "Wire", "WireError",
+        "WireRequest", "WireJSONResponse", "WireStream", "anthropic_error", "serve_wire",
+        "upstream_error",
         "chat_body", "chat_choice", "chat_chunk", "chat_logprobs", "check_context",
         "completion_body", "completion_choice", "completion_chunk", "completion_logprobs",
         "content_text", "error_body", "error_type", "head", "model_list", "new_id", "now",
-        "read_json", "read_request", "responses_messages", "role_chunk", "sse", "sse_data",
+        "read_json", "read_request", "role_chunk", "sse", "sse_data",
         "tool_call", "usage", "usage_chunk", "WEIGHT_VERSION_HEADER",
     },
     "agl.plugins": {

@@ -78,24 +78,29 @@ class BearerTokenMiddleware:
     Args:
         app: The app to guard.
         token: The token every request must carry.
-        refusal: Builds the JSON body of the 401 from a message (each server has its own error
-            format: the store's, or OpenAI's for the gateway).
+        refusal: Builds the JSON body of the 401 from a message and the request's path (each
+            server has its own error format: the store's; the gateway's, by the wire the path
+            is on).
         public: Paths served without the token to ``GET`` requests: exact paths, or prefixes
             ending in ``/`` (the dashboard's page and assets, which hold no data).
+        key_header: A header that may carry the token instead, as it is (Anthropic's clients
+            send their API key as ``x-api-key``); none by default.
     """
 
     def __init__(
         self,
         app: ASGIApp,
         token: str,
-        refusal: Callable[[str], dict[str, Any]],
+        refusal: Callable[[str, str], dict[str, Any]],
         public: tuple[str, ...] = (),
+        key_header: str | None = None,
     ) -> None:
         if not token:
             raise InvalidInputError("the token must not be empty", field="token")
         self.app = app
         self.expected = token.encode()
         self.refusal = refusal
+        self.key_header = key_header.lower().encode() if key_header else None
         self.public_exact = frozenset(p for p in public if not p.endswith("/") or p == "/")
         self.public_prefixes = tuple(p for p in public if p.endswith("/") and p != "/")
 
@@ -113,17 +118,25 @@ class BearerTokenMiddleware:
         if scope["type"] != "http" or self._public(scope):
             await self.app(scope, receive, send)
             return
-        header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
-        given = bearer_token(header)
+        header = key = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value
+            elif name == self.key_header:
+                key = value.strip()
+        given = bearer_token(header) if header else key or None
         if given is not None and hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
+        asked = "'Authorization: Bearer <token>'"
+        if self.key_header is not None:
+            asked += f" or '{self.key_header.decode()}: <token>'"
         message = (
-            "this server requires 'Authorization: Bearer <token>'"
-            if not header
-            else "the bearer token is wrong (or the Authorization header is not 'Bearer <token>')"
+            f"this server requires {asked}"
+            if not header and not key
+            else f"the token is wrong (or not sent as {asked})"
         )
-        payload = json.dumps(self.refusal(message)).encode()
+        payload = json.dumps(self.refusal(message, scope.get("path", ""))).encode()
         await send(
             {
                 "type": "http.response.start",

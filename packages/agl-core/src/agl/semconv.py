@@ -39,6 +39,8 @@ __all__ = [
     "AGL_UPSTREAM_LATENCY_MS",
     "AGL_UPSTREAM_URL",
     "AGL_WEIGHT_VERSION",
+    "AGL_WIRE",
+    "AGL_WIRE_REQUEST_JSON",
     "AGL_WORKER_ID",
     "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",
@@ -132,10 +134,19 @@ AGL_RESPONSE_LOGPROBS: Final = "agl.llm.response_logprobs"
 """The log-probability of each response token under the policy that sampled it."""
 
 AGL_REQUEST_JSON: Final = "agl.llm.request"
-"""The request the agent sent, as JSON."""
+"""The request the engine was sent, as JSON (chat or completions: the agent's own request, or
+what a call on another wire became)."""
 
 AGL_RESPONSE_JSON: Final = "agl.llm.response"
-"""The response the agent received, as JSON."""
+"""The engine's response, as JSON (on chat and completions, what the agent received)."""
+
+AGL_WIRE: Final = "agl.llm.wire"
+"""The wire a call came to the gateway on: ``chat``, ``completions``, ``responses`` (the OpenAI
+Responses API) or ``messages`` (the Anthropic Messages API)."""
+
+AGL_WIRE_REQUEST_JSON: Final = "agl.llm.wire_request"
+"""A call on a wire other than chat and completions: the request as the agent sent it, as
+JSON (:data:`AGL_REQUEST_JSON` holds the chat request it became)."""
 
 AGL_TOOL_CALLS: Final = "agl.llm.tool_calls"
 """The tool calls an LLM response asked for: a JSON list of ``{id, name, arguments}``."""

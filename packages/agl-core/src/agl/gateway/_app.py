@@ -1,17 +1,24 @@
 """The LLM gateway: an OpenAI-compatible proxy that records every call with the engine's tokens.
 
 An agent is given ``http://gateway/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as its base
-URL. Each chat or completions call is forwarded to one of the upstream servers (vLLM, the
+URL. It may speak chat completions, completions, the OpenAI Responses API (``/responses``) or
+the Anthropic Messages API (``/messages``; an Anthropic client is given the base URL without
+``/v1``, which it adds itself). The last two are translated into one chat call each
+(:mod:`agl.openai_wire._translate`): the engine renders the prompt once, with its own template,
+and the span records the token ids it used, the wire the call came in on and the request as the
+agent sent it. Each call is forwarded to one of the upstream servers (vLLM, the
 agl-torch policy server, a hosted API; the same one for every call of a rollout), asking for the
 prompt and response token ids (vLLM's ``return_token_ids``) and logprobs. The agent gets the
 response it asked for (the extra fields removed unless it asked for them too); the store gets
 one span per call (:mod:`agl.gateway._record`). Streams are passed through as they are produced
 and assembled for the record. Upstream errors, timeouts and client disconnects are recorded as
-failed calls and answered with OpenAI-style errors; none of them takes the gateway down.
+failed calls and answered with errors in the wire's own format; none of them takes the gateway
+down.
 
-With a ``token``, every route asks for ``Authorization: Bearer <token>``: the agents send it as
-their OpenAI API key (the runner gives it to them as :attr:`agl.LLM.api_key`, from its
-``AGL_GATEWAY_TOKEN``), and it is never passed upstream.
+With a ``token``, every route asks for ``Authorization: Bearer <token>`` (or ``x-api-key:
+<token>``, as Anthropic's clients send their key): the agents send it as their API key (the
+runner gives it to them as :attr:`agl.LLM.api_key`, from its ``AGL_GATEWAY_TOKEN``), and it is
+never passed upstream.
 
 ``POST /rollout/{rollout_id}/attempt/{attempt_id}/flush`` returns once every call answered so
 far is in the store (:mod:`agl.gateway._paths`); the runner calls it before it reports an attempt
@@ -42,7 +49,17 @@ from agl._server_auth import BearerTokenMiddleware
 from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths
 from agl.gateway._record import CallRecord
-from agl.openai_wire import DONE, WireError, error_body, read_json, sse, sse_data
+from agl.openai_wire import (
+    DONE,
+    WIRES,
+    Wire,
+    WireError,
+    error_body,
+    read_json,
+    serve_wire,
+    sse,
+    sse_data,
+)
 from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.store._base import Store
 from agl.store._server_errors import BodyLimitMiddleware
@@ -60,7 +77,11 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(status, message), status_code=status)
 
 
-def _unauthorized(message: str) -> dict[str, Any]:
+def _unauthorized(message: str, path: str = "") -> dict[str, Any]:
+    """A 401 in the format of the wire the path is on."""
+    for name, wire in WIRES.items():
+        if f"/v1/{name}" in path:
+            return wire.error(401, message)
     return error_body(401, message)
 
 
@@ -147,7 +168,12 @@ class Gateway:
         app = FastAPI(title="agl gateway", version="1", lifespan=lifespan)
 
         if self._token:
-            app.add_middleware(BearerTokenMiddleware, token=self._token, refusal=_unauthorized)
+            app.add_middleware(
+                BearerTokenMiddleware,
+                token=self._token,
+                refusal=_unauthorized,
+                key_header="x-api-key",  # Anthropic's clients send their key so
+            )
         # outermost: a body over the limit is refused before anything reads it
         app.add_middleware(
             BodyLimitMiddleware,
@@ -196,6 +222,24 @@ class Gateway:
         async def completions(rollout_id: str, attempt_id: str, request: Request) -> Response:
             return await self._call("completions", rollout_id, attempt_id, request)
 
+        @app.post(
+            _PREFIX + "/responses",
+            openapi_extra=openapi.RESPONSES_REQUEST,
+            responses=openapi.OPENAI_RESPONSES,
+        )
+        async def responses(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self._wire_call(WIRES["responses"], rollout_id, attempt_id, request)
+
+        @app.post(
+            _PREFIX + "/messages",
+            openapi_extra=openapi.MESSAGES_REQUEST,
+            responses=openapi.MESSAGES_RESPONSES,
+        )
+        async def messages(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            # Claude Code adds ?beta=true; the beta features it names come as fields, each
+            # checked by the wire.
+            return await self._wire_call(WIRES["messages"], rollout_id, attempt_id, request)
+
         return app
 
     def _headers(self, request: Request) -> dict[str, str]:
@@ -204,17 +248,50 @@ class Gateway:
         if self._token:  # the agent's Authorization carries the gateway's own token
             return {}
         given = request.headers.get("authorization")
+        if not given and request.headers.get("x-api-key"):  # an Anthropic client's key
+            given = f"Bearer {request.headers['x-api-key']}"
         return {"authorization": given} if given else {}
 
     # --- one call ---------------------------------------------------------------------------
 
-    async def _call(
-        self, kind: str, rollout_id: str, attempt_id: str, request: Request
+    async def _wire_call(
+        self, wire: Wire, rollout_id: str, attempt_id: str, request: Request
     ) -> Response:
+        """A call on a wire other than chat: translated into one chat call (recorded as such,
+        with the wire and the request as it came) and its answer back."""
         try:
             body = read_json(await request.body())
         except WireError as exc:
-            return _error(exc.status, exc.message)
+            return wire.error_response(exc.status, exc.message, exc.field)
+        try:  # an unknown attempt first, as on chat: whatever the body, it is not found
+            await self._check_rollout(rollout_id, attempt_id)
+        except NotFoundError as exc:
+            return wire.error_response(404, exc.message)
+        except AglError as exc:
+            return wire.error_response(503, f"the gateway cannot reach its store: {exc.message}")
+
+        async def chat(translated: dict[str, Any]) -> Response:
+            return await self._call(
+                "chat", rollout_id, attempt_id, request, body=translated, wire=(wire, body)
+            )
+
+        return await serve_wire(wire, body, request.headers, chat)
+
+    async def _call(
+        self,
+        kind: str,
+        rollout_id: str,
+        attempt_id: str,
+        request: Request,
+        *,
+        body: dict[str, Any] | None = None,
+        wire: tuple[Wire, dict[str, Any]] | None = None,
+    ) -> Response:
+        if body is None:
+            try:
+                body = read_json(await request.body())
+            except WireError as exc:
+                return _error(exc.status, exc.message)
         try:
             resources_id = await self._check_rollout(rollout_id, attempt_id)
         except NotFoundError as exc:
@@ -228,13 +305,17 @@ class Gateway:
                 body = {**body, **llm.sampling_parameters, "model": llm.model}
         upstream = self.upstream_for(rollout_id)
         record = CallRecord(rollout_id, attempt_id, kind, upstream, body, resources_id=resources_id)
+        if wire is not None:
+            record.wire, record.wire_request = wire
         # An upstream that names its weight version overrides this (see take_headers).
         record.weight_version = None if llm is None else llm.weight_version
         forwarded = _ask_for_tokens(body, kind)
+        # A translated call's answer goes to the translation, which takes what it needs.
+        asked = forwarded if wire is not None else body
         url = f"{upstream}/{'chat/completions' if kind == 'chat' else 'completions'}"
         headers = self._headers(request)
         if body.get("stream"):
-            return await self._stream(record, url, forwarded, headers, body)
+            return await self._stream(record, url, forwarded, headers, asked)
         started = time.perf_counter()
         try:
             async with self._upstream().post(url, json=forwarded, headers=headers) as reply:
@@ -256,7 +337,7 @@ class Gateway:
             return self._failed(record, 502, f"upstream {upstream} sent no JSON")
         record.take_response(data)
         self._submit(record)
-        return JSONResponse(_as_asked(data, body, kind))
+        return JSONResponse(_as_asked(data, asked, kind))
 
     def _submit(self, record: CallRecord) -> None:
         """Hand the finished call to the sender, which builds its span off the request path."""

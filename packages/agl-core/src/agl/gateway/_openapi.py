@@ -1,16 +1,27 @@
 """What the gateway's OpenAPI document says its routes accept and answer.
 
-The chat and completions routes read their body by hand (it is forwarded upstream as it came,
-with token ids asked for), so FastAPI cannot infer it: it is declared here, as much of OpenAI's
-request as the gateway itself relies on. Any other field is passed on to the upstream, which
-judges it. Errors are OpenAI's error object, which every OpenAI client understands.
+The generation routes read their body by hand (chat and completions are forwarded upstream as
+they came, with token ids asked for; the Responses and Messages APIs are translated to chat), so
+FastAPI cannot infer it: it is declared here, as much of each request as the gateway itself
+relies on. Any other field is checked by the translation or passed on to the upstream, which
+judges it. Errors are OpenAI's error object, which every OpenAI client understands; on the
+Messages route, Anthropic's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHAT_REQUEST", "COMPLETIONS_REQUEST", "ERRORS", "FLUSH_RESPONSES", "OPENAI_RESPONSES"]
+__all__ = [
+    "CHAT_REQUEST",
+    "COMPLETIONS_REQUEST",
+    "ERRORS",
+    "FLUSH_RESPONSES",
+    "MESSAGES_REQUEST",
+    "MESSAGES_RESPONSES",
+    "OPENAI_RESPONSES",
+    "RESPONSES_REQUEST",
+]
 
 _ERROR = {
     "description": "An OpenAI-style error",
@@ -126,3 +137,90 @@ COMPLETIONS_REQUEST = _body(
     }
 )
 """``POST …/completions``: OpenAI's completions request."""
+
+
+RESPONSES_REQUEST = _body(
+    {
+        "type": "object",
+        "required": ["input"],
+        "properties": {
+            "model": {"type": "string"},
+            "input": {
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
+            },
+            "instructions": {"type": "string"},
+            "tools": {"type": "array", "items": {"type": "object"}},
+            "stream": {"type": "boolean"},
+            "max_output_tokens": {"type": "integer", "minimum": 1},
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        },
+    }
+)
+"""``POST …/responses``: the OpenAI Responses API's request (translated to one chat call)."""
+
+_ANTHROPIC_ERROR = {
+    "description": "An Anthropic-style error",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["type", "error"],
+                "properties": {
+                    "type": {"type": "string", "const": "error"},
+                    "error": {
+                        "type": "object",
+                        "required": ["type", "message"],
+                        "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+                    },
+                },
+            }
+        }
+    },
+}
+
+MESSAGES_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A message object, or with stream=true the Messages API's server-sent "
+        "events (message_start ... message_stop)",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/event-stream": {"schema": {"type": "object"}},
+        },
+    },
+    **dict.fromkeys(ERRORS, _ANTHROPIC_ERROR),
+}
+"""The answers of the Messages route: Anthropic's message, events and errors."""
+
+MESSAGES_REQUEST = _body(
+    {
+        "type": "object",
+        "required": ["model", "max_tokens", "messages"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "max_tokens": {"type": "integer", "minimum": 1},
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["role", "content"],
+                    "properties": {
+                        "role": {"type": "string", "enum": ["user", "assistant"]},
+                        "content": {
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "object"}},
+                            ]
+                        },
+                    },
+                },
+            },
+            "system": {
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
+            },
+            "stream": {"type": "boolean"},
+            "stop_sequences": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+)
+"""``POST …/messages``: the Anthropic Messages API's request (translated to one chat call)."""

@@ -1,7 +1,11 @@
 """What the gateway records of one LLM call: the exact token ids, logprobs and both sides.
 
 :class:`CallRecord` collects a call as it happens (a whole response, or a stream chunk by chunk)
-and turns into one :class:`~agl.Span` at the end. Token ids come in vLLM's format: with
+and turns into one :class:`~agl.Span` at the end. A call on another wire (the Responses or
+Messages API) is recorded as the chat call it became, with its wire (``agl.llm.wire``), its
+request as sent (``agl.llm.wire_request``) and, as its response id, the id the agent saw.
+
+Token ids come in vLLM's format: with
 ``return_token_ids``, a chat response carries ``prompt_token_ids`` at the top and ``token_ids``
 per choice (a stream: ``prompt_token_ids`` on a choice's first chunk, ``token_ids`` for each
 delta); a completions response carries both per choice. Only the first choice is recorded as
@@ -19,7 +23,8 @@ from typing import Any
 from agl import semconv
 from agl._spans import Span, SpanKind, SpanStatus, StatusCode
 from agl._text import valid_json, valid_text
-from agl.openai_wire import WEIGHT_VERSION_HEADER
+from agl.gateway._genai import input_messages, output_messages
+from agl.openai_wire import WEIGHT_VERSION_HEADER, Wire
 
 __all__ = ["CallRecord"]
 
@@ -50,6 +55,8 @@ class CallRecord:
     error: str | None = None
     upstream_ms: float | None = None
     weight_version: int | None = None
+    wire: Wire | None = None  # the wire the call came in on, when not chat or completions
+    wire_request: dict[str, Any] | None = None  # the request as it came on that wire
     # stream assembly
     _text: list[str] = field(default_factory=list)
     _tools: dict[int, _ToolCallDelta] = field(default_factory=dict)
@@ -134,6 +141,7 @@ class CallRecord:
 
     def to_span(self) -> Span:
         """The span of this call."""
+        wire = self.kind if self.wire is None else self.wire.name
         attributes: dict[str, Any] = {
             semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_GATEWAY,
             semconv.AGL_ROLLOUT_ID: self.rollout_id,
@@ -141,7 +149,13 @@ class CallRecord:
             semconv.GEN_AI_OPERATION_NAME: "chat" if self.kind == "chat" else "text_completion",
             semconv.AGL_UPSTREAM_URL: self.upstream,
             semconv.AGL_REQUEST_JSON: json.dumps(self.request),
+            semconv.AGL_WIRE: wire,
         }
+        if self.wire_request is not None:
+            attributes[semconv.AGL_WIRE_REQUEST_JSON] = json.dumps(self.wire_request)
+        inputs = input_messages(self.request.get("messages"))
+        if inputs is not None:
+            attributes[semconv.GEN_AI_INPUT_MESSAGES] = json.dumps(inputs)
         if isinstance(self.request.get("model"), str):
             attributes[semconv.GEN_AI_REQUEST_MODEL] = self.request["model"]
         if self.resources_id is not None:
@@ -158,8 +172,14 @@ class CallRecord:
             attributes[semconv.AGL_RESPONSE_LOGPROBS] = self.logprobs
         if self.response is not None:
             attributes[semconv.AGL_RESPONSE_JSON] = json.dumps(self.response)
-            if isinstance(self.response.get("id"), str):
-                attributes[semconv.GEN_AI_RESPONSE_ID] = self.response["id"]
+            outputs = output_messages(self.response)
+            if outputs is not None:
+                attributes[semconv.GEN_AI_OUTPUT_MESSAGES] = json.dumps(outputs)
+            response_id = self.response.get("id")
+            if isinstance(response_id, str):
+                # the id the agent saw, which its own instrumentation records too
+                seen = response_id if self.wire is None else self.wire.response_id(response_id)
+                attributes[semconv.GEN_AI_RESPONSE_ID] = seen
             if isinstance(self.response.get("model"), str):
                 attributes[semconv.GEN_AI_RESPONSE_MODEL] = self.response["model"]
             usage = self.response.get("usage") or {}
@@ -177,7 +197,7 @@ class CallRecord:
         return Span.create(
             rollout_id=self.rollout_id,
             attempt_id=self.attempt_id,
-            name=f"agl.gateway.{self.kind}",
+            name=f"agl.gateway.{wire}",
             attributes=valid_json(attributes),  # a request may carry lone surrogates
             kind=SpanKind.SERVER,
             status=status,

@@ -25,12 +25,12 @@ __all__ = [
     "content_text",
     "read_json",
     "read_request",
-    "responses_messages",
 ]
 
 JSON = dict[str, Any]
-Api = Literal["chat", "completions", "responses"]
-"""The three generation routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``."""
+Api = Literal["chat", "completions"]
+"""The two generation routes an engine serves: ``/v1/chat/completions`` and ``/v1/completions``
+(the other wires are served through chat: :mod:`agl.openai_wire._translate`)."""
 
 MAX_TOP_LOGPROBS = 20
 """The most top logprobs a token may ask for (vLLM's default ``max_logprobs``)."""
@@ -38,7 +38,6 @@ MAX_TOP_LOGPROBS = 20
 _MAX_TOKEN_KEYS: dict[Api, tuple[str, ...]] = {
     "chat": ("max_completion_tokens", "max_tokens"),
     "completions": ("max_tokens",),
-    "responses": ("max_output_tokens",),
 }
 
 
@@ -73,8 +72,7 @@ class WireRequest:
     Attributes:
         api: Which route it came to.
         model: The model it names, if any.
-        messages: A chat's messages (a Responses API request's, converted); None for
-            completions.
+        messages: A chat's messages; None for completions.
         tools: The tools offered, if any.
         use_tools: Whether tool calls are read out of the reply (``tools`` given and
             ``tool_choice`` not ``"none"``).
@@ -130,8 +128,6 @@ def read_request(body: Mapping[str, Any], api: Api) -> WireRequest:
     messages = prompts = None
     if api == "chat":
         messages = _messages(body.get("messages"))
-    elif api == "responses":
-        messages = responses_messages(body)
     else:
         prompts = _prompts(body.get("prompt"))
     tools = _tools(body.get("tools"))
@@ -200,30 +196,6 @@ def content_text(content: Any) -> str:
                 parts.append(text if isinstance(text, str) else f"<{part.get('type', 'part')}>")
         return "".join(parts)
     return str(content)
-
-
-def responses_messages(body: Mapping[str, Any]) -> list[JSON]:
-    """Turn a Responses API request (``instructions`` + ``input``) into chat messages."""
-    messages: list[JSON] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": body["instructions"]})
-    items = body.get("input")
-    if isinstance(items, str):
-        return [*messages, {"role": "user", "content": items}]
-    if not isinstance(items, list):
-        raise WireError("'input' must be a string or a list of input items", field="input")
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise WireError(f"'input' items must be objects (got {item!r})", field="input")
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            call = {"function": {"name": item.get("name"), "arguments": item.get("arguments")}}
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "content": item.get("output")})
-        else:
-            messages.append({"role": item.get("role", "user"), "content": item.get("content")})
-    return messages
 
 
 # --- one field each ---------------------------------------------------------------------------

@@ -123,7 +123,7 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def unauthorized(message: str) -> dict[str, Any]:
+def unauthorized(message: str, path: str = "") -> dict[str, Any]:
     return {"error": {"type": "UnauthorizedError", "message": message}}
 
 

@@ -1,14 +1,12 @@
 """Response bodies and server-sent events for :mod:`agl.testing.openai_server`.
 
 The scripted generations (:mod:`agl.testing._openai_wire`) put into the bodies and chunks
-:mod:`agl.openai_wire` builds, as every agl server builds them; and the Responses API's
-answers, which only the scripted server gives.
+:mod:`agl.openai_wire` builds, as every agl server builds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from agl import openai_wire as wire
 from agl.testing._openai_wire import JSON, Generation, Step, logprobs, text_offset
@@ -144,125 +142,3 @@ def completion_stream(
         total = wire.usage(prompt_tokens, sum(len(g.token_ids) for g in gens))
         yield wire.sse(wire.usage_chunk(head, total))
     yield wire.DONE
-
-
-def response_output(gen: Generation, message_id: str, call_ids: Sequence[str]) -> list[JSON]:
-    """The ``output`` items of a Responses API answer: one message, or the function calls."""
-    if gen.tool_calls:
-        return [
-            {
-                "id": call_ids[i],
-                "type": "function_call",
-                "call_id": call["id"],
-                "name": call["function"]["name"],
-                "arguments": call["function"]["arguments"],
-                "status": "completed",
-            }
-            for i, call in enumerate(gen.tool_calls)
-        ]
-    text = {"type": "output_text", "text": gen.content or "", "annotations": [], "logprobs": []}
-    status = "incomplete" if gen.finish_reason == "length" else "completed"
-    return [
-        {
-            "id": message_id,
-            "type": "message",
-            "role": "assistant",
-            "status": status,
-            "content": [text],
-        }
-    ]
-
-
-def response(
-    head: JSON, body: Mapping[str, Any], output: list[JSON], gen: Generation | None, prompt: int
-) -> JSON:
-    """A ``response`` object; ``gen=None`` gives the in-progress one the stream starts with."""
-    status = "in_progress" if gen is None else "completed"
-    if gen is not None and gen.finish_reason == "length":
-        status = "incomplete"
-    made = len(gen.token_ids) if gen else 0
-    return {
-        "id": head["id"],
-        "object": "response",
-        "created_at": head["created"],
-        "model": head["model"],
-        "status": status,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": body.get("instructions"),
-        "metadata": body.get("metadata"),
-        "output": output,
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": body.get("temperature", 1.0),
-        "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools", []),
-        "top_p": body.get("top_p", 1.0),
-        "background": False,
-        "max_output_tokens": body.get("max_output_tokens"),
-        "previous_response_id": None,
-        "reasoning": None,
-        "service_tier": "auto",
-        "text": None,
-        "top_logprobs": None,
-        "truncation": "disabled",
-        "user": None,
-        "usage": None
-        if gen is None
-        else {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": made,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + made,
-        },
-    }
-
-
-def response_stream(
-    head: JSON, body: Mapping[str, Any], gen: Generation, output: list[JSON], prompt: int
-) -> Iterator[str]:
-    """The typed SSE events of a streamed Responses API answer, ``response.created`` first."""
-    seq = iter(range(1 << 30))
-
-    def event(kind: str, **fields: Any) -> str:
-        return wire.sse({"type": kind, "sequence_number": next(seq), **fields}, event=kind)
-
-    yield event("response.created", response=response(head, body, [], None, prompt))
-    yield event("response.in_progress", response=response(head, body, [], None, prompt))
-    for at, item in enumerate(output):
-        where = {"item_id": item["id"], "output_index": at}
-        if item["type"] == "message":
-            start = {**item, "status": "in_progress", "content": []}
-            yield event("response.output_item.added", output_index=at, item=start)
-            part = {**item["content"][0], "text": ""}
-            yield event("response.content_part.added", **where, content_index=0, part=part)
-            for step in gen.steps:
-                if step.kind == "content" and step.text:
-                    yield event(
-                        "response.output_text.delta",
-                        **where,
-                        content_index=0,
-                        delta=step.text,
-                        logprobs=[],
-                    )
-            text = item["content"][0]["text"]
-            yield event(
-                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
-            )
-            part = item["content"][0]
-            yield event("response.content_part.done", **where, content_index=0, part=part)
-        else:
-            start = {**item, "arguments": "", "status": "in_progress"}
-            yield event("response.output_item.added", output_index=at, item=start)
-            for step in gen.steps:
-                if step.kind == "args" and step.tool == at and step.text:
-                    yield event("response.function_call_arguments.delta", **where, delta=step.text)
-            yield event(
-                "response.function_call_arguments.done",
-                **where,
-                arguments=item["arguments"],
-                name=item["name"],
-            )
-        yield event("response.output_item.done", output_index=at, item=item)
-    final = response(head, body, output, gen, prompt)
-    yield event(f"response.{final['status']}", response=final)

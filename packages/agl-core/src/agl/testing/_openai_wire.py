@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agl.openai_wire import Logprob, TokenLogprobs, WireError, content_text, responses_messages
+from agl.openai_wire import Logprob, TokenLogprobs, WireError, content_text
 
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
 """The reserved special token ids; byte ``b`` is token ``b + 3``."""
@@ -98,15 +98,14 @@ def render_chat(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | No
 
 
 def last_user_text(request: Mapping[str, Any]) -> str:
-    """The last user message's text of a chat, completions or Responses API request body."""
+    """The last user message's text of a chat or completions request body (the script sees
+    requests on other wires as the chat requests they become)."""
     if "prompt" in request:
         prompt = request["prompt"]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
             prompt = prompt[-1]
         return prompt if isinstance(prompt, str) else decode(prompt)
-    messages = request.get("messages") or (
-        responses_messages(request) if "input" in request else []
-    )
+    messages = request.get("messages") or []
     users = [m for m in messages if m.get("role") == "user"]
     return content_text(users[-1].get("content")) if users else ""
 

@@ -15,7 +15,10 @@ request's JSON body to a :class:`Reply` (text, tool calls, an error, delays)::
         assert server.requests[0].body["model"] == "m"
 
 Routes: ``GET /v1/models``, ``GET /health``, ``POST /v1/chat/completions``,
-``POST /v1/completions`` and ``POST /v1/responses``, each streaming (``"stream": true``) or not.
+``POST /v1/completions``, ``POST /v1/responses`` (the OpenAI Responses API) and
+``POST /v1/messages`` (the Anthropic Messages API), each streaming (``"stream": true``) or not.
+The last two are served through the chat route by :func:`agl.openai_wire.serve_wire`, as the
+gateway and agl-torch's policy server serve them: the script sees the chat request they become.
 Every request, including unknown routes, is recorded in :attr:`OpenAIServer.requests`.
 
 **Tokenizer.** Byte level: token id = UTF-8 byte + 3; ids 0, 1, 2 are BOS, EOS and PAD
@@ -24,8 +27,8 @@ token, as in ChatML models), so a multi-turn prompt extends the earlier prompt +
 token for token. ``decode(encode(text)) == text`` for any text without ``<|im_end|>``
 (decoding skips special tokens). No BOS is added.
 
-**Chat template** (also used for the Responses API, ``instructions`` first as a system message;
-and ``tools``, when given, as a first system message ``# Tools\\n<json.dumps(tools, sort_keys)>``)::
+**Chat template** (``tools``, when given, as a first system message
+``# Tools\\n<json.dumps(tools, sort_keys)>``)::
 
     <|im_start|>{role}\\n{content}<|im_end|>\\n   (per message; text parts of list contents joined)
     <|im_start|>assistant\\n                      (the generation prompt)
@@ -43,7 +46,7 @@ cut tool calls come back as text. Streams send one token per chunk, each with it
 
 **vLLM's format**: requests are read, and bodies, chunks and errors built, by
 :mod:`agl.openai_wire`, whose docstrings give the shapes and their vLLM sources (vLLM >=
-0.10.2). The Responses API (which vLLM answers without token ids) is built here. A prompt of
+0.10.2). A prompt of
 ``max_model_len`` tokens or more, or ``max_tokens`` beyond what is left, gets vLLM's 400
 ("This model's maximum context length is N tokens. However, your request has M input tokens.
 ...").
@@ -68,6 +71,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agl._server_thread import ServerThread
 from agl.openai_wire import (
     WEIGHT_VERSION_HEADER,
+    WIRES,
     WireError,
     WireRequest,
     check_context,
@@ -75,8 +79,8 @@ from agl.openai_wire import (
     head,
     model_list,
     new_id,
-    now,
     read_request,
+    serve_wire,
 )
 from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.testing import _openai_bodies as bodies
@@ -297,9 +301,7 @@ def _create_app(state: _State) -> FastAPI:
         await state.record(request)
         return model_list(state.model, state.max_model_len)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        body = await state.record(request)
+    async def answer_chat(body: dict[str, Any]) -> Response:
         asked = read_request(body, "chat")
         prompt = encode(render_chat(asked.messages or [], asked.tools))
         limit = check_context(len(prompt), asked.max_tokens, state.max_model_len)
@@ -311,6 +313,17 @@ def _create_app(state: _State) -> FastAPI:
             events = bodies.chat_stream(head, gens, prompt, ids, top, asked.include_usage)
             return _stream(events, replies)
         return JSONResponse(bodies.chat_completion(head, gens, prompt, ids, top))
+
+    async def chat_or_error(body: dict[str, Any]) -> Response:
+        try:
+            return await answer_chat(body)
+        except WireError as exc:
+            error = error_body(exc.status, exc.message, param=exc.field, kind=exc.kind)
+            return JSONResponse(error, status_code=exc.status)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await answer_chat(await state.record(request))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -338,17 +351,15 @@ def _create_app(state: _State) -> FastAPI:
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         body = await state.record(request)
-        asked = read_request(body, "responses")
-        prompt = encode(render_chat(asked.messages or [], asked.tools))
-        limit = check_context(len(prompt), asked.max_tokens, state.max_model_len)
-        replies = await state.ask(body, 1)
-        gen = wire.generate(replies[0].text, _calls(replies[0], "call_"), limit)
-        call_ids = [new_id("fc_") for _ in gen.tool_calls]
-        output = bodies.response_output(gen, new_id("msg_"), call_ids)
-        head = {"id": new_id("resp_"), "created": now(), "model": asked.model or state.model}
-        if asked.stream:
-            return _stream(bodies.response_stream(head, body, gen, output, len(prompt)), replies)
-        return JSONResponse(bodies.response(head, body, output, gen, len(prompt)))
+        return await serve_wire(WIRES["responses"], body, request.headers, chat_or_error)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        try:
+            body = await state.record(request)
+        except WireError as exc:
+            return WIRES["messages"].error_response(exc.status, exc.message)
+        return await serve_wire(WIRES["messages"], body, request.headers, chat_or_error)
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def unknown(request: Request, path: str) -> Response:
