@@ -6,7 +6,8 @@ gateway's span (prompt and response token ids, logprobs, request/response JSON),
 after every other call and the final reward. Half the tasks' groups have reward variance.
 The spans are built (as pydantic ``Span`` objects, the form stores return) before the clock
 starts; token-id lists are shared between rollouts to keep memory small, which changes nothing
-in what is timed (the per-call path never copies them; trajectory mode compares them).
+in what is timed (samples never copy them; both modes compare each prompt with the previous
+call's prompt + response, which is how re-rendered histories are found).
 
 Timed, median of ``--repeat`` runs, in this process (one core):
 - ``TransitionBuilder().build`` (join, tree repair, attribution, credit, GRPO, samples);

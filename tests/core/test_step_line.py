@@ -37,6 +37,18 @@ def test_a_validation_record_and_failures() -> None:
     assert line({"reward/mean": 0.5, "rollouts/failed": 2.0}) == "step 7  reward 0.5  failed 2"
 
 
+def test_re_rendered_histories_show_when_there_are_some() -> None:
+    counts = {"transitions/calls": 8.0, "transitions/kept": 8.0}
+    assert line({**counts, "transitions/prefix_mismatch": 0.0}) == "step 7  kept 8/8"
+    labelled = {
+        **counts,
+        "transitions/prefix_mismatch": 2.0,
+        "lightningrl-torch-checker/transitions/prefix_mismatch": 1.0,
+        "val/transitions/prefix_mismatch": 5.0,
+    }
+    assert line(labelled) == "step 7  kept 8/8  prefix_mismatch 3"
+
+
 def test_two_labelled_algorithms_each_show_their_loss_and_share_the_counts() -> None:
     record = {
         "reward/mean": 1.0,

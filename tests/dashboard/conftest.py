@@ -4,7 +4,8 @@
 with a real run: a small algorithm publishes a prompt, serves agl's scripted OpenAI-compatible
 model through agl's gateway, runs 4 tasks x 2 samples (the agent asks the model, may call a
 tool, emits a step reward; one task fails), logs its metrics, then publishes a second prompt and
-runs again. ``browser`` is the distribution's Chromium driven by Playwright (installed by
+runs again. :func:`add_rerendered_group` adds a group whose history was re-rendered (LightningRL's
+``prefix_mismatch``). ``browser`` is the distribution's Chromium driven by Playwright (installed by
 ``scripts/setup.sh``; tests skip without it, except in CI where they fail).
 """
 
@@ -168,6 +169,50 @@ def run_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStore]:
             rollout_ids=[r.rollout_id for r in ids],
             failed_ids=[r.rollout_id for r in ids if r.status == "failed"],
         )
+
+
+async def add_rerendered_group(store: agl.Store) -> tuple[str, str]:
+    """Two rollouts of one group (rewards 1 and 0) whose agent asks twice. In the first, the
+    chat template renders the first answer again without its reasoning, so the second prompt's
+    ids do not extend the first prompt + response (a re-rendered history); in the second, the
+    answer has no reasoning and the history extends. Each call is recorded the way the gateway
+    records it. Returns the two rollout ids."""
+    from agl.gateway._record import CallRecord
+    from agl.testing._openai_wire import EOS_ID, encode, render_chat
+
+    requests = [agl.RolloutRequest(input=i, metadata={"group_id": "g"}) for i in range(2)]
+    rollouts = await store.enqueue_rollouts(requests)
+    claims = {c.rollout.rollout_id: c.attempt for c in await store.dequeue_rollouts(limit=2)}
+    first = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "2+2?"}]
+    for reward, rollout in zip((1.0, 0.0), rollouts, strict=True):
+        rollout_id, attempt_id = rollout.rollout_id, claims[rollout.rollout_id].attempt_id
+        thinking = "<think>two and two</think>" if reward else ""
+        answer = {"role": "assistant", "content": "4"}
+        second = [*first, answer, {"role": "user", "content": "and 3+3?"}]
+        spans = []
+        for index, (messages, sampled) in enumerate(((first, thinking + "4"), (second, "6"))):
+            request = {"model": "policy", "messages": messages}
+            record = CallRecord(rollout_id, attempt_id, "chat", "http://engine/v1", request)
+            reply = {"role": "assistant", "content": sampled.removeprefix(thinking)}
+            choice = {"index": 0, "message": reply, "token_ids": [*encode(sampled), EOS_ID]}
+            prompt_ids = encode(render_chat(messages))
+            record.take_response({"choices": [choice], "prompt_token_ids": prompt_ids})
+            record.start_ns, record.end_ns = 10 * index + 1, 10 * index + 5
+            spans.append(record.to_span())
+        spans.append(
+            agl.Span.create(
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+                name="agl.reward",
+                attributes={
+                    agl.semconv.AGL_SPAN_TYPE: agl.semconv.SPAN_TYPE_REWARD,
+                    agl.semconv.AGL_REWARD: reward,
+                },
+            )
+        )
+        await store.add_spans(spans)
+        await store.update_attempt(rollout_id, attempt_id, agl.AttemptStatus.SUCCEEDED)
+    return rollouts[0].rollout_id, rollouts[1].rollout_id
 
 
 async def _rollouts(url: str) -> list[agl.Rollout]:

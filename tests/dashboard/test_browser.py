@@ -15,7 +15,7 @@ import pytest
 import agl
 from agl.lightning import TransitionBuilder, extract_calls
 
-from .conftest import PROMPTS, TOKEN, RunStore, run_async
+from .conftest import PROMPTS, TOKEN, RunStore, add_rerendered_group, run_async
 
 pytestmark = pytest.mark.slow
 
@@ -160,6 +160,29 @@ def test_workers_and_the_runs_curves(run_store: RunStore, page: Any) -> None:
     points = chart.locator("polyline").get_attribute("points")
     assert points is not None
     assert len(points.split()) == 2
+
+
+def test_a_re_rendered_history_is_flagged_in_the_training_view(page: Any) -> None:
+    """LightningRL's ``prefix_mismatch``: a warning over the rollout's training view, naming
+    the call, and a mark on the call's transition."""
+    from agl.store import StoreServer
+
+    async def fill(url: str) -> tuple[str, str]:
+        async with agl.open_store(url) as store:
+            return await add_rerendered_group(store)
+
+    with StoreServer("memory://") as server:
+        rerendered, _ = run_async(fill(server.url))
+        page.goto(server.url + f"/#/rollout/{rerendered}")
+        warning = page.locator("[data-testid=prefix-mismatch]")
+        warning.wait_for()
+        assert warning.locator(".badge").inner_text() == "prefix_mismatch 1"
+        assert f"{rerendered} call 1 from token " in warning.inner_text()
+        rows = page.locator("[data-testid=transition]")
+        assert rows.count() == 2  # the re-rendered call trained on its own
+        marked = page.locator("[data-testid=transition]:has([data-testid=rerendered])")
+        assert marked.count() == 1
+        assert marked.locator("td").first.inner_text().startswith("1")
 
 
 async def _all(run: RunStore) -> list[agl.Rollout]:

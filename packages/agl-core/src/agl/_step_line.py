@@ -6,6 +6,9 @@ how many calls became transitions, the loss, and how long the step took::
 
     step 12  reward 0.625  val 0.700  kept 48/64  loss 0.0123  3.32 s
 
+Trouble shows in red when there is some: ``failed`` rollouts, and ``prefix_mismatch``, calls
+whose re-rendered history LightningRL could not merge (see :class:`agl.lightning.DropReport`).
+
 :func:`compact_line` picks those out of a record by their names, whatever algorithm logged
 them (several algorithms in one run each have their loss, labelled); a record with none of them
 (a custom algorithm's own figures) shows its first few figures instead. :func:`full_line` is
@@ -54,6 +57,9 @@ def compact_line(record: Mapping[str, Any]) -> Text:
     if kept is not None and calls is not None:
         _add(line, "kept", f"{format_number(kept)}/{format_number(calls)}")
         shown += 1
+    mismatch = _sum(figures, "transitions/prefix_mismatch")
+    if mismatch:
+        _add(line, "prefix_mismatch", format_number(mismatch), style="red")
     for label, loss in _losses(figures):
         _add(line, f"{label} loss" if label else "loss", format_number(loss))
         shown += 1

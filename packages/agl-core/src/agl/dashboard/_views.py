@@ -10,7 +10,9 @@ Routes, under ``/v1/views``:
 ``GET /rollouts/{id}/calls/{index}/tokens``              one call's token ids and logprobs
 ``GET /rollouts/{id}/training``                          the rollout's group and the LightningRL
                                                          transitions built from it, kept or
-                                                         dropped and why
+                                                         dropped and why, and the calls whose
+                                                         history was re-rendered
+                                                         (``prefix_mismatch``)
 ``GET /resources/{id}/diff``                             a resource set against another version
 =======================================================  ==========================================
 """
@@ -166,6 +168,7 @@ async def training_view(
                 "calls": len(calls),
                 "transitions": len(mine),
                 "dropped": report.rollout_reasons.get(rid),
+                "prefix_mismatch": sum(1 for m in report.prefix_mismatches if m[0] == rid),
                 "metadata": result.rollout.metadata,
             }
         )
@@ -198,6 +201,11 @@ async def training_view(
         "rollouts": rows,
         "transitions": transitions,
         "dropped_calls": dropped_calls,
+        # calls whose re-rendered history LightningRL trained on their own (never merged)
+        "prefix_mismatch": [
+            {"rollout_id": rid, "call_index": index, "position": position}
+            for rid, index, position in report.prefix_mismatches
+        ],
         "summary": report.summary(),
     }
 

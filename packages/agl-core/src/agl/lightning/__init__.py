@@ -2,8 +2,10 @@
 
 See :class:`TransitionBuilder` for the whole path, and the modules for each part: :mod:`._calls`
 (joining and attributing LLM calls), :mod:`._credit` (returns per call), :mod:`._advantages`
-(group baselines), :mod:`._transitions` (samples, batches, tensors and files), :mod:`._agents`
-(per-agent figures of a batch), :mod:`._selection` (the rollouts SFT imitates).
+(group baselines), :mod:`._samples` (a rollout's calls as samples, trajectories merged),
+:mod:`._history` (whether a call continues the previous one: re-rendered histories),
+:mod:`._transitions` (samples, batches, tensors and files), :mod:`._agents` (per-agent figures
+of a batch), :mod:`._selection` (the rollouts SFT imitates).
 """
 
 from agl.lightning._advantages import GRPO, RLOO, AdvantageEstimator, Group, Reinforce

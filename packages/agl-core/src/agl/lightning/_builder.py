@@ -11,9 +11,16 @@ For each rollout: read its calls (:func:`~agl.lightning._calls.extract_calls`: g
 instrumented spans joined, each call attributed to its agent, step rewards matched), credit
 every call with a return (:mod:`~agl.lightning._credit`), compute rollout-level group advantages
 (:mod:`~agl.lightning._advantages`), keep the calls of the selected agents and turn them into
-:class:`~agl.lightning._transitions.Transition` samples, one per call or, in trajectory mode, one
-per run of calls that extend each other. Whatever cannot be trained is dropped with a counted
-reason in :attr:`TransitionBatch.report`, never raised.
+:class:`~agl.lightning._transitions.Transition` samples (:mod:`~agl.lightning._samples`), one
+per call or, in trajectory mode, one per run of calls that extend each other. Whatever cannot be
+trained is dropped with a counted reason in :attr:`TransitionBatch.report`, never raised.
+
+A call that continues its agent's conversation by its messages while its prompt ids do not
+extend the previous call's prompt + response (a re-rendered history: reasoning dropped, a
+compacted history, an edited tool result) is counted as ``prefix_mismatch`` (metric
+``transitions/prefix_mismatch``), trained on its own and never merged, and one warning per
+batch names how many and one of them; a new conversation by the same agent is no mismatch
+(``trajectory_breaks`` in trajectory mode). :mod:`~agl.lightning._history` has the rule.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from agl._errors import InvalidInputError
 from agl._results import RolloutResult
@@ -29,6 +36,7 @@ from agl._rollouts import AttemptStatus, RolloutStatus
 from agl.lightning._advantages import AdvantageEstimator, Group, advantage_estimator
 from agl.lightning._calls import AttemptCalls, LLMCall, extract_calls
 from agl.lightning._credit import CreditAssigner, credit_assigner
+from agl.lightning._samples import rollout_samples, warn_prefix_mismatch
 from agl.lightning._transitions import DropReport, Transition, TransitionBatch
 
 __all__ = ["INFRASTRUCTURE_STATUSES", "AgentSelector", "TransitionBuilder"]
@@ -121,7 +129,6 @@ class _Rollout:
     value: float
     calls: list[LLMCall]
     returns: list[float]
-    advantages: list[float] = field(default_factory=list)
 
     @property
     def rollout_id(self) -> str:
@@ -141,7 +148,8 @@ class TransitionBuilder:
         advantage: An advantage estimator or its name (``"grpo"``, ``"rloo"``,
             ``"reinforce"``).
         trajectory: Merge consecutive calls of an agent whose prompt extends the previous
-            prompt + response into one sample, observation tokens masked out.
+            prompt + response into one sample, observation tokens masked out. Re-rendered
+            histories are detected (``prefix_mismatch``) either way, and never merged.
         max_prompt_length / max_response_length: Drop (count) samples longer than this.
         drop_zero_variance: Drop groups the estimator can learn nothing from (all rewards
             equal); False keeps them with advantage 0.
@@ -289,9 +297,19 @@ class TransitionBuilder:
                     continue
                 advantages = [[0.0] * len(member.calls) for member in members]
             for member, rollout_advantages in zip(members, advantages, strict=True):
-                member.advantages = rollout_advantages
-                self._samples(member, key, step, report, transitions)
+                transitions += rollout_samples(
+                    member.calls,
+                    member.returns,
+                    rollout_advantages,
+                    group_id=key,
+                    step=step,
+                    report=report,
+                    trajectory=self.trajectory,
+                    max_prompt_length=self.max_prompt_length,
+                    max_response_length=self.max_response_length,
+                )
         report.transitions = len(transitions)
+        warn_prefix_mismatch(report)
         return TransitionBatch(transitions, report)
 
     # --- helpers ----------------------------------------------------------------------------
@@ -313,114 +331,6 @@ class TransitionBuilder:
         if attempt.final_reward is None:
             return None, "no_reward"
         return attempt.final_reward, ""
-
-    def _samples(
-        self,
-        member: _Rollout,
-        group_id: str,
-        step: int,
-        report: DropReport,
-        out: list[Transition],
-    ) -> None:
-        by_agent: dict[str | None, list[Transition]] = {}
-        previous: dict[str | None, Transition] = {}
-        max_response = self.max_response_length
-        for call, ret, adv in zip(member.calls, member.returns, member.advantages, strict=True):
-            prompt, response = call.prompt_ids, call.response_ids
-            if prompt is None or response is None:
-                report.drop_call(call.rollout_id, call.index, "no_token_ids")
-                continue
-            if not response:
-                report.drop_call(call.rollout_id, call.index, "empty_response")
-                continue
-            logprobs = call.logprobs
-            if logprobs is not None and len(logprobs) != len(response):
-                report.notes["logprobs_mismatch"] += 1
-                logprobs = None
-            last = previous.get(call.agent) if self.trajectory else None
-            if last is not None:
-                merged = _extend(last, call, logprobs, ret, adv, max_response)
-                if merged == "merged":
-                    continue
-                report.notes[merged] += 1
-            if self.max_prompt_length is not None and len(prompt) > self.max_prompt_length:
-                report.drop_call(call.rollout_id, call.index, "prompt_too_long")
-                previous.pop(call.agent, None)
-                continue
-            if max_response is not None and len(response) > max_response:
-                report.drop_call(call.rollout_id, call.index, "response_too_long")
-                previous.pop(call.agent, None)
-                continue
-            sample = Transition(
-                agent=call.agent,
-                prompt_ids=prompt,
-                response_ids=response,
-                response_logprobs=logprobs,
-                reward=ret,
-                advantage=adv,
-                rollout_id=call.rollout_id,
-                group_id=group_id,
-                step=step,
-                attempt_id=call.attempt_id,
-                call_index=call.index,
-                weight_version=call.weight_version,
-            )
-            by_agent.setdefault(call.agent, []).append(sample)
-            previous[call.agent] = sample
-        for samples in by_agent.values():
-            weight = 1.0 / len(samples)
-            for sample in samples:
-                sample.weight = weight
-                out.append(sample)
-
-
-def _extend(
-    sample: Transition,
-    call: LLMCall,
-    logprobs: list[float] | None,
-    ret: float,
-    adv: float,
-    max_response: int | None,
-) -> str:
-    """Merge a call into the sample it extends; say why not otherwise."""
-    prompt, response = call.prompt_ids or [], call.response_ids or []
-    head = len(sample.prompt_ids)
-    seen = head + len(sample.response_ids)
-    if len(prompt) < seen or prompt[:head] != sample.prompt_ids:
-        return "trajectory_breaks"
-    if prompt[head:seen] != sample.response_ids:
-        return "trajectory_breaks"
-    observation = prompt[seen:]
-    grown = len(sample.response_ids) + len(observation) + len(response)
-    if max_response is not None and grown > max_response:
-        return "trajectory_length_splits"
-    if sample.n_calls == 1:
-        # First merge: own the lists (they are the span's until now), then grow them in place.
-        sample.response_mask = sample.mask().copy()
-        sample.token_advantages = sample.per_token_advantages().copy()
-        sample.response_ids = list(sample.response_ids)
-        if sample.response_logprobs is not None:
-            sample.response_logprobs = list(sample.response_logprobs)
-    assert sample.response_mask is not None
-    assert sample.token_advantages is not None
-    gap = len(observation)
-    sample.response_mask += [0] * gap
-    sample.response_mask += [1] * len(response)
-    sample.token_advantages += [0.0] * gap
-    sample.token_advantages += [adv] * len(response)
-    if sample.response_logprobs is not None and logprobs is not None:
-        sample.response_logprobs += [0.0] * gap
-        sample.response_logprobs += logprobs
-    else:
-        sample.response_logprobs = None
-    sample.response_ids += observation
-    sample.response_ids += response
-    sample.reward = ret
-    sample.advantage = adv
-    sample.n_calls += 1
-    versions = (sample.weight_version, call.weight_version)
-    sample.weight_version = None if None in versions else min(v for v in versions if v is not None)
-    return "merged"
 
 
 def _staleness(members: list[_Rollout], policy_version: int, max_staleness: int) -> str | None:

@@ -97,13 +97,24 @@ class DropReport:
             ``rollout_failed``, ``no_reward``, ``zero_variance_group``, ``single_rollout_group``,
             and with a staleness bound ``stale`` and ``no_weight_version``.
         dropped_rollouts: Rollouts not trained, by the same reasons.
-        notes: Counts that are not drops: ``trajectory_breaks`` (a call that did not extend the
-            previous one and started a new sample), ``logprobs_mismatch`` (logprobs of the wrong
-            length, left out), ``reparented_spans``, ``joined_by_order``, ``gateway_only``,
-            ``instrumented_only``, ``unmatched_rewards``, ``other_agents_calls``.
+        notes: Counts that are not drops: ``prefix_mismatch`` (a call that continues its
+            agent's previous conversation by its messages while its prompt ids do not extend
+            the previous prompt + response: a re-rendered history, such as reasoning dropped, a
+            compacted history or an edited tool result; counted among the calls of trained
+            rollouts, with or without trajectory mode; trained as a sample of its own, never
+            merged), ``trajectory_breaks`` (in trajectory mode, a call that did not extend the
+            previous one and started a new sample: a new conversation, or, when the messages
+            were not recorded, any call that does not extend), ``trajectory_length_splits``,
+            ``logprobs_mismatch`` (logprobs of the wrong length, left out),
+            ``reparented_spans``, ``joined_by_order``, ``gateway_only``, ``instrumented_only``,
+            ``unmatched_rewards``, ``other_agents_calls``. :mod:`agl.lightning._samples` says
+            how a call is told to extend, break or re-render.
         rollout_reasons: Why each dropped rollout was dropped, by rollout id.
         call_reasons: Why each dropped call was dropped, by ``(rollout_id, call_index)`` (a
             call of a dropped rollout has its rollout's reason).
+        prefix_mismatches: Each re-rendered call (``prefix_mismatch``) as ``(rollout_id,
+            call_index, position)``: ``position`` is the first token where its prompt ids part
+            from the previous call's prompt + response ids.
     """
 
     calls_seen: int = 0
@@ -113,6 +124,7 @@ class DropReport:
     notes: Counter[str] = field(default_factory=Counter)
     rollout_reasons: dict[str, str] = field(default_factory=dict)
     call_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    prefix_mismatches: list[tuple[str, int, int]] = field(default_factory=list)
 
     def drop_rollout(self, rollout_id: str, calls: Sequence[tuple[str, int]], reason: str) -> None:
         """Count a rollout dropped for ``reason``, with its selected ``calls``
@@ -128,11 +140,19 @@ class DropReport:
         self.dropped_calls[reason] += 1
         self.call_reasons[(rollout_id, call_index)] = reason
 
+    def prefix_mismatch(self, rollout_id: str, call_index: int, position: int) -> None:
+        """Count one call whose history was re-rendered, parting from the previous call's
+        prompt + response ids at token ``position``."""
+        self.notes["prefix_mismatch"] += 1
+        self.prefix_mismatches.append((rollout_id, call_index, position))
+
     def as_metrics(self, prefix: str = "transitions/") -> dict[str, float]:
-        """Flat metrics for :meth:`agl.AlgorithmContext.log`."""
+        """Flat metrics for :meth:`agl.AlgorithmContext.log`; ``prefix_mismatch`` is always
+        there (0 when no history was re-rendered), so its curve shows the first one."""
         metrics = {
             f"{prefix}calls": float(self.calls_seen),
             f"{prefix}kept": float(self.transitions),
+            f"{prefix}prefix_mismatch": 0.0,
         }
         metrics.update({f"{prefix}dropped/{k}": float(v) for k, v in self.dropped_calls.items()})
         metrics.update(
@@ -142,9 +162,11 @@ class DropReport:
         return metrics
 
     def summary(self) -> str:
-        """One line: kept, and dropped by reason."""
+        """One line: kept, re-rendered histories if any, and dropped by reason."""
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(self.dropped_calls.items()))
         text = f"{self.transitions} samples from {self.calls_seen} calls"
+        if self.notes["prefix_mismatch"]:
+            text += f"; {self.notes['prefix_mismatch']} re-rendered histories (prefix_mismatch)"
         return f"{text}; dropped: {dropped}" if dropped else text
 
 

@@ -384,20 +384,37 @@ function trainingSection(rollout) {
       });
       const reasons = new Map(view.dropped_calls.map((d) => [`${d.rollout_id}/${d.call_index}`,
         d.reason]));
+      const mismatches = view.prefix_mismatch;
+      const rerendered = new Map(mismatches.map((m) => [`${m.rollout_id}/${m.call_index}`,
+        m.position]));
       out.replaceChildren(
         h("p", {}, `Group ${view.group ?? "(this rollout alone)"}: ${view.summary}.`),
+        mismatches.length ? h("p", { class: "warning", "data-testid": "prefix-mismatch" },
+          h("span", { class: "badge warn" }, `prefix_mismatch ${mismatches.length}`),
+          ` ${mismatches.length} call(s) re-rendered their conversation's history: the messages `
+          + "continue the agent's previous call, the prompt token ids do not extend its prompt + "
+          + "response (reasoning dropped, a compacted history, an edited tool result). Each is "
+          + "trained on its own, never merged: ",
+          mismatches.flatMap((m, i) => [i ? ", " : "",
+            h("a", { href: `#/rollout/${seg(m.rollout_id)}` }, m.rollout_id),
+            ` call ${m.call_index} from token ${m.position}`]), ".") : null,
         h("h3", {}, "The group, side by side"),
         table(["rollout", "status", "reward", "calls", "transitions", "kept?"],
           view.rollouts.map((m) => h("tr", { class: m.rollout_id === rollout.rollout_id ? "me" : "" },
             h("td", {}, h("a", { href: `#/rollout/${seg(m.rollout_id)}` }, m.rollout_id)),
             h("td", {}, badge(m.status)), h("td", {}, num(m.reward)), h("td", {}, m.calls),
-            h("td", {}, m.transitions),
+            h("td", {}, m.transitions, m.prefix_mismatch ? h("span", { class: "badge warn tag" },
+              `prefix_mismatch ${m.prefix_mismatch}`) : null),
             h("td", {}, m.dropped ? h("span", { class: "error" }, `dropped: ${m.dropped}`)
               : "kept")))),
         h("h3", {}, "Transitions of this rollout"),
         table(["call", "agent", "reward", "advantage", "weight", "prompt", "response", "weights"],
           view.transitions.filter((t) => t.rollout_id === rollout.rollout_id).map((t) =>
-            h("tr", { "data-testid": "transition" }, h("td", {}, t.call_index),
+            h("tr", { "data-testid": "transition" }, h("td", {}, t.call_index,
+              rerendered.has(`${t.rollout_id}/${t.call_index}`) ? h("span", {
+                class: "badge warn tag", "data-testid": "rerendered",
+                title: `history re-rendered: ids part from token ${
+                  rerendered.get(`${t.rollout_id}/${t.call_index}`)}` }, "re-rendered") : null),
               h("td", {}, t.agent ?? ""), h("td", {}, num(t.reward)),
               h("td", { "data-testid": "advantage" }, num(t.advantage, 4)), h("td", {}, num(t.weight)),
               h("td", {}, t.prompt_tokens), h("td", {}, t.response_tokens),
@@ -542,7 +559,10 @@ async function curvesPage(params) {
     offset = page.next_offset;
   }
   const keys = [...new Set(rows.flatMap((r) => Object.keys(r.values)))];
-  const wanted = keys.filter((k) => /reward\/mean$|loss$|^val\//.test(k));
+  // re-rendered histories, charted as soon as a step had one
+  const troubled = keys.filter((k) => /prefix_mismatch$/.test(k) && rows.some((r) => r.values[k]));
+  const wanted = [...new Set(keys.filter((k) => /reward\/mean$|loss$|^val\//.test(k))
+    .concat(troubled))];
   main.replaceChildren(
     h("h1", {}, "Curves"),
     h("p", {}, "run ", h("select", { onchange: (e) => go("/curves", { run: e.target.value }) },
