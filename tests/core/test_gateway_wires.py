@@ -469,3 +469,134 @@ async def test_a_client_leaving_a_stream_is_recorded_as_a_failed_call(
     [span] = spans
     assert span.status.code == agl.StatusCode.ERROR
     assert "disconnected" in (span.status.description or "")
+
+
+# --- the command-line harnesses' requests, as they send them --------------------------------
+
+
+async def test_claude_codes_request_shape_is_served(
+    gateway: GatewayServer, store: MemoryStore, upstream: OpenAIServer
+) -> None:
+    """What Claude Code 2.1 sends by default: system blocks, a system message inside
+    ``messages``, adaptive thinking, a context edit clearing thinking, an effort, cache marks,
+    tools with ``$schema``; always streamed, with ``?beta=true`` and ``x-api-key``."""
+    ids = await claim(store)
+    upstream.script = lambda _: tool_reply("Write", {"file_path": "/w/a.txt", "content": "hi"})
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    body: Any = {
+        "model": "some-model",
+        "max_tokens": 512,
+        "stream": True,
+        "metadata": {"user_id": json.dumps({"session_id": "s"})},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328;"},
+            {
+                "type": "text",
+                "text": "You are a CLI agent.",
+                "cache_control": {"type": "ephemeral"},
+            },
+        ],
+        "tools": [{"name": "Write", "description": "Write a file.", "input_schema": schema}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "create a.txt"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /w"}]},
+        ],
+    }
+    base = gateway.rollout_url(*ids).removesuffix("/v1")
+    headers = {
+        "x-api-key": "secret",
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
+    }
+    reply = await asyncio.to_thread(
+        httpx.post, f"{base}/v1/messages?beta=true", json=body, headers=headers
+    )
+    assert reply.status_code == 200, reply.text
+    events = [line[7:] for line in reply.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start"
+    assert events[-1] == "message_stop"
+    assert '"input_json_delta"' in reply.text
+    assert '"stop_reason":"tool_use"' in reply.text
+    [span] = await recorded(gateway, store, ids[0])
+    chat = check_exact_ids(span, "messages")
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "system"]
+    assert chat["messages"][0]["content"].endswith("You are a CLI agent.")
+    assert chat["tools"][0]["function"]["parameters"] == schema
+
+
+async def test_the_codex_clis_request_shape_is_served(
+    gateway: GatewayServer, store: MemoryStore, upstream: OpenAIServer
+) -> None:
+    """What the Codex CLI 0.169 sends: developer messages with item ids, a ``namespace`` tool
+    group, reasoning and include hints, ``store: false``, a prompt cache key, client metadata,
+    its own earlier function call and the call's output, streamed."""
+    ids = await claim(store)
+    upstream.script = lambda _: tool_reply("spawn_agent", {"task": "t"})
+    function = {"type": "function", "strict": False, "parameters": {"type": "object"}}
+    body: Any = {
+        "model": "some-model",
+        "stream": True,
+        "store": False,
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "session",
+        "client_metadata": {"turn_id": "t"},
+        "tools": [
+            {**function, "name": "exec_command", "description": "Run a command."},
+            {
+                "type": "namespace",
+                "name": "multi_agent_v1",
+                "description": "Agents.",
+                "tools": [{**function, "name": "spawn_agent", "description": "Spawn."}],
+            },
+        ],
+        "input": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are a coding agent."}],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {
+                "type": "function_call",
+                "status": "completed",
+                "id": "fc_1",
+                "name": "exec_command",
+                "arguments": '{"cmd": "ls"}',
+                "call_id": "call_1",
+            },
+            {"type": "function_call_output", "id": "fco_1", "call_id": "call_1", "output": "a"},
+        ],
+    }
+    reply = await asyncio.to_thread(
+        httpx.post,
+        f"{gateway.rollout_url(*ids)}/responses",
+        json=body,
+        headers={"authorization": "Bearer secret"},
+    )
+    assert reply.status_code == 200, reply.text
+    events = [line[7:] for line in reply.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "response.created"
+    assert events[-1] == "response.completed"
+    done = [
+        json.loads(line[6:])
+        for line in reply.text.splitlines()
+        if line.startswith("data: ") and '"response.output_item.done"' in line
+    ]
+    assert done[0]["item"]["namespace"] == "multi_agent_v1"  # said back in its group
+    assert done[0]["item"]["name"] == "spawn_agent"
+    [span] = await recorded(gateway, store, ids[0])
+    chat = check_exact_ids(span, "responses")
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "assistant", "tool"]
+    assert [t["function"]["name"] for t in chat["tools"]] == ["exec_command", "spawn_agent"]

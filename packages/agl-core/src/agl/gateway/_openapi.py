@@ -205,7 +205,7 @@ MESSAGES_REQUEST = _body(
                     "type": "object",
                     "required": ["role", "content"],
                     "properties": {
-                        "role": {"type": "string", "enum": ["user", "assistant"]},
+                        "role": {"type": "string", "enum": ["user", "assistant", "system"]},
                         "content": {
                             "oneOf": [
                                 {"type": "string"},

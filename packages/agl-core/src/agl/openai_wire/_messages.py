@@ -14,7 +14,13 @@ Anthropic model) becomes the chat request an engine renders with its own templat
   ``tool``, ``none``; ``disable_parallel_tool_use``), ``max_tokens`` (required, as Anthropic's
   API requires it), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``; ``metadata``,
   ``service_tier`` and ``cache_control`` marks are accepted and change nothing.
-* Refused with a 400 naming the field: ``thinking`` enabled, thinking blocks in the history,
+* Claude Code's defaults change nothing an open engine does and are accepted: ``thinking``
+  ``adaptive`` (the model may think: this one answers without a thinking channel), context
+  edits that clear thinking blocks, ``output_config.effort``; ``output_config.format`` (a JSON
+  schema) is chat's ``response_format``. System messages inside ``messages`` (Claude Code sends
+  its environment so) are chat system messages in place.
+* Refused with a 400 naming the field: ``thinking`` enabled (a budget that would have to be
+  spent), other context edits, thinking blocks in the history,
   server tools (web search, code execution, bash / text editor / computer use of Anthropic's
   own definition) and their blocks, ``mcp_servers``, ``container``, documents that are not
   plain text, and an ``anthropic-version`` header that is not a version of the API (a date from
@@ -67,8 +73,6 @@ _ERROR_TYPES = {
 _REFUSED = {
     "mcp_servers": "MCP servers run on Anthropic's service, not on an open engine",
     "container": "containers run on Anthropic's service, not on an open engine",
-    "context_management": "server-side context management is not supported: the agent's "
-    "history is sent as it is",
 }
 
 
@@ -94,13 +98,7 @@ class MessagesWire(Wire):
         for key, why in _REFUSED.items():
             if body.get(key):
                 raise WireError(f"{key}: not supported: {why}", field=key)
-        thinking = body.get("thinking")
-        if isinstance(thinking, Mapping) and thinking.get("type") not in (None, "disabled"):
-            raise WireError(
-                "thinking: extended thinking is not supported by an open engine behind this "
-                "gateway: leave 'thinking' out or set it to {'type': 'disabled'}",
-                field="thinking",
-            )
+        _check_thinking(body.get("thinking"), body.get("context_management"))
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise WireError("model: Field required (a non-empty string)", field="model")
@@ -126,6 +124,9 @@ class MessagesWire(Wire):
                 raise WireError("stop_sequences: must be a list of strings", field="stop_sequences")
             if stop:
                 chat["stop"] = stop
+        response_format = _response_format(body.get("output_config"))
+        if response_format is not None:
+            chat["response_format"] = response_format
         for key in ("temperature", "top_p", "top_k"):
             value = body.get(key)
             if value is not None:
@@ -174,6 +175,55 @@ class MessagesWire(Wire):
     def response_id(self, chat_id: str) -> str:
         suffix = chat_id.removeprefix("chatcmpl-").replace("-", "")
         return "msg_" + (suffix or new_id(""))
+
+
+def _check_thinking(thinking: Any, context_management: Any) -> None:
+    """Refuse thinking that would have to happen; accept what is a no-op without it.
+
+    ``adaptive`` thinking lets the model decide, and a model behind this gateway answers
+    without a separate thinking channel, so no thinking block comes back; ``enabled`` (a
+    thinking budget the model must spend) cannot be honoured. Context edits that clear
+    thinking blocks find none; any other edit would change the history the agent sent.
+    """
+    if thinking is not None:
+        kind = thinking.get("type") if isinstance(thinking, Mapping) else None
+        if kind not in ("disabled", "adaptive"):
+            raise WireError(
+                f"thinking: {kind!r} thinking is not supported by an open engine behind this "
+                "gateway: leave 'thinking' out, or use 'adaptive' or 'disabled'",
+                field="thinking",
+            )
+    if context_management is None:
+        return
+    edits = context_management.get("edits") if isinstance(context_management, Mapping) else None
+    if not isinstance(edits, list) or not all(
+        isinstance(edit, Mapping) and str(edit.get("type", "")).startswith("clear_thinking")
+        for edit in edits
+    ):
+        raise WireError(
+            "context_management: only clearing thinking blocks (there are none here) is "
+            "supported: the history is sent to the engine as the agent sent it",
+            field="context_management",
+        )
+
+
+def _response_format(output_config: Any) -> JSON | None:
+    """``output_config.format`` (a JSON schema the answer must follow) as chat's; ``effort``,
+    which only sets how much a model thinks, changes nothing here."""
+    if output_config is None:
+        return None
+    if not isinstance(output_config, Mapping):
+        raise WireError("output_config: must be an object", field="output_config")
+    fmt = output_config.get("format")
+    if fmt is None:
+        return None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        schema = fmt.get("schema")
+        return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    raise WireError(
+        f"output_config.format: {fmt!r} is not supported (a json_schema format is)",
+        field="output_config.format",
+    )
 
 
 def _usage(prompt: int | None, made: int | None) -> JSON:

@@ -44,14 +44,17 @@ def chat_messages(system: Any, messages: Any) -> list[JSON]:
         if not isinstance(message, Mapping):
             raise WireError(f"{where}: must be an object", field=where)
         role = message.get("role")
-        if role not in ("user", "assistant"):
+        if role not in ("user", "assistant", "system"):
             raise WireError(
-                f"{where}.role: must be 'user' or 'assistant' (got {role!r})",
+                f"{where}.role: must be 'user', 'assistant' or 'system' (got {role!r})",
                 field=f"{where}.role",
             )
         content = message.get("content")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
+            continue
+        if role == "system":  # as Claude Code sends its environment
+            out.append({"role": "system", "content": _system_text(content, f"{where}.content")})
             continue
         if not isinstance(content, list):
             raise WireError(
@@ -65,16 +68,16 @@ def chat_messages(system: Any, messages: Any) -> list[JSON]:
     return out
 
 
-def _system_text(system: Any) -> str:
+def _system_text(system: Any, where: str = "system") -> str:
     if isinstance(system, str):
         return system
     if not isinstance(system, list):
-        raise WireError("system: must be a string or a list of text blocks", field="system")
+        raise WireError(f"{where}: must be a string or a list of text blocks", field=where)
     texts = []
     for index, block in enumerate(system):
         if not isinstance(block, Mapping) or block.get("type") != "text":
-            raise WireError(f"system.{index}: must be a text block", field=f"system.{index}")
-        texts.append(_text(block, f"system.{index}"))
+            raise WireError(f"{where}.{index}: must be a text block", field=f"{where}.{index}")
+        texts.append(_text(block, f"{where}.{index}"))
     return "\n".join(texts)
 
 

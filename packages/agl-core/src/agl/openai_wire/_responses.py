@@ -8,13 +8,15 @@ Codex CLI) becomes the chat request an engine renders with its own template:
   ``system``), ``function_call`` items (grouped with the assistant text before them into one
   assistant message with ``tool_calls``) and ``function_call_output`` items (tool messages; each
   must answer a ``function_call`` earlier in ``input``).
-* function ``tools``, ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``,
-  ``temperature``, ``top_p``, ``top_logprobs``, ``text.format`` (JSON schema / JSON object) map
-  onto their chat fields. Hints that change nothing an open engine does are accepted and
-  ignored: ``store``, ``metadata``, ``user``, ``safety_identifier``, ``prompt_cache_key``,
-  ``prompt_cache_retention``, ``service_tier``, ``include`` (``message.output_text.logprobs``
-  is honoured), ``reasoning`` (no open model here reasons in a separate channel, so no
-  reasoning item is ever answered), ``truncation: "disabled"``.
+* function ``tools`` (those in ``namespace`` groups too, offered by their own names; a call of
+  one comes back with its ``namespace``), ``tool_choice``, ``parallel_tool_calls``,
+  ``max_output_tokens``, ``temperature``, ``top_p``, ``top_logprobs``, ``text.format`` (JSON
+  schema / JSON object) map onto their chat fields. Hints that change nothing an open engine
+  does are accepted and ignored: ``store``, ``metadata``, ``user``, ``safety_identifier``,
+  ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier``, ``client_metadata``,
+  ``include`` (``message.output_text.logprobs`` is honoured), ``reasoning`` (no open model
+  here reasons in a separate channel, so no reasoning item is ever answered),
+  ``truncation: "disabled"``.
 * What a stateless gateway cannot honestly do is refused with a 400 naming the field:
   ``previous_response_id`` and ``conversation`` (conversation state is the agent's: send the
   whole ``input``), ``background``, ``prompt`` templates, ``truncation: "auto"``,
@@ -47,32 +49,6 @@ __all__ = ["ResponsesWire"]
 
 JSON = dict[str, Any]
 
-_IGNORED = {
-    "input",
-    "instructions",
-    "model",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_logprobs",
-    "text",
-    "stream",
-    "stream_options",
-    "store",
-    "metadata",
-    "user",
-    "safety_identifier",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "prompt_cache_options",
-    "service_tier",
-    "include",
-    "reasoning",
-    "truncation",
-}
 _REFUSED = {
     "previous_response_id": "the gateway keeps no conversation state: send the whole "
     "conversation in 'input' (the agent's history) instead of 'previous_response_id'",
@@ -138,7 +114,8 @@ class ResponsesWire(Wire):
         from agl.openai_wire._translate import ChatReader
 
         answer = ChatReader().body(chat)
-        output = items.output_items(answer, _logprobs_asked(request))
+        groups = items.namespaces(request.get("tools"))
+        output = items.output_items(answer, _logprobs_asked(request), groups)
         return items.response_object(self.response_id(answer.id), request, answer, output)
 
     def stream(self, request: Mapping[str, Any]) -> WireStream:
@@ -164,6 +141,7 @@ class _ResponsesStream(WireStream):
         self._wire = wire
         self._request = request
         self._logprobs = _logprobs_asked(request)
+        self._groups = items.namespaces(request.get("tools"))
         self._sequence = 0
         self._started = False
         self._created = now()
@@ -215,7 +193,10 @@ class _ResponsesStream(WireStream):
                 )
             elif delta.kind == "tool" and delta.tool is not None:
                 out += self._close()
-                self._open = items.function_call_item(delta.tool, status="in_progress")
+                namespace = self._groups.get(delta.tool.name)
+                self._open = items.function_call_item(
+                    delta.tool, status="in_progress", namespace=namespace
+                )
                 self._open["arguments"] = ""
                 out.append(
                     self._event(

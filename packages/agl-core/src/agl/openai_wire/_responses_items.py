@@ -174,30 +174,57 @@ def _function_output(item: Mapping[str, Any], where: str, calls: set[str]) -> JS
 
 
 def chat_tools(tools: Any) -> list[JSON]:
-    """Function ``tools`` as chat tools; any built-in tool is refused."""
+    """Function ``tools`` (and those of ``namespace`` groups, by their own names) as chat
+    tools; any built-in tool is refused."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise WireError("'tools' must be a list of tools", field="tools")
-    out = []
+    out: list[JSON] = []
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
-        if kind != "function":
-            raise WireError(
-                f"'{where}' is a {kind!r} tool: only function tools are supported (built-in "
-                "tools run on OpenAI's service, not on an open engine)",
-                field=where,
-            )
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise WireError(f"'{where}.name' must be a non-empty string", field=f"{where}.name")
-        function: JSON = {"name": name, "parameters": tool.get("parameters") or {}}
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
-        if tool.get("strict") is not None:
-            function["strict"] = tool["strict"]
-        out.append({"type": "function", "function": function})
+        if kind == "namespace":
+            group = tool.get("tools")
+            if not isinstance(group, list):
+                raise WireError(f"'{where}.tools' must be a list", field=f"{where}.tools")
+            out += [_function(t, f"{where}.tools[{i}]") for i, t in enumerate(group)]
+        else:
+            out.append(_function(tool, where))
+    names = [tool["function"]["name"] for tool in out]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise WireError(f"'tools' name {twice[0]!r} more than once", field="tools")
+    return out
+
+
+def _function(tool: Any, where: str) -> JSON:
+    kind = tool.get("type") if isinstance(tool, Mapping) else None
+    if kind != "function":
+        raise WireError(
+            f"'{where}' is a {kind!r} tool: only function tools are supported (built-in "
+            "tools run on OpenAI's service, not on an open engine)",
+            field=where,
+        )
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise WireError(f"'{where}.name' must be a non-empty string", field=f"{where}.name")
+    function: JSON = {"name": name, "parameters": tool.get("parameters") or {}}
+    if tool.get("description") is not None:
+        function["description"] = tool["description"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
+
+
+def namespaces(tools: Any) -> dict[str, str]:
+    """The namespace of each function offered in a ``namespace`` group, by function name."""
+    out: dict[str, str] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                if isinstance(inner, Mapping) and isinstance(inner.get("name"), str):
+                    out[inner["name"]] = str(tool.get("name"))
     return out
 
 
@@ -256,9 +283,11 @@ def message_item(chat_id: str, index: int, text: str, *, status: str = "complete
     }
 
 
-def function_call_item(call: ToolCallPart, *, status: str = "completed") -> JSON:
+def function_call_item(
+    call: ToolCallPart, *, status: str = "completed", namespace: str | None = None
+) -> JSON:
     """A ``function_call`` output item; its ``call_id`` is the engine's tool call id."""
-    return {
+    item = {
         "id": f"fc_{_suffix(call.id)}",
         "type": "function_call",
         "call_id": call.id,
@@ -266,6 +295,9 @@ def function_call_item(call: ToolCallPart, *, status: str = "completed") -> JSON
         "arguments": call.arguments,
         "status": status,
     }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def text_logprobs(entries: list[JSON]) -> list[JSON]:
@@ -281,8 +313,11 @@ def text_logprobs(entries: list[JSON]) -> list[JSON]:
     ]
 
 
-def output_items(answer: ChatAnswer, logprobs: bool) -> list[JSON]:
-    """The ``output`` of a whole answer: the text as a message, then each function call."""
+def output_items(
+    answer: ChatAnswer, logprobs: bool, groups: Mapping[str, str] | None = None
+) -> list[JSON]:
+    """The ``output`` of a whole answer: the text as a message, then each function call
+    (``groups``: the namespace of functions offered in one, by name)."""
     output: list[JSON] = []
     if answer.text or not answer.tool_calls:
         status = "incomplete" if answer.finish_reason == "length" else "completed"
@@ -290,7 +325,10 @@ def output_items(answer: ChatAnswer, logprobs: bool) -> list[JSON]:
         if logprobs:
             item["content"][0]["logprobs"] = text_logprobs(answer.logprobs)
         output.append(item)
-    output += [function_call_item(call) for call in answer.tool_calls]
+    groups = groups or {}
+    output += [
+        function_call_item(call, namespace=groups.get(call.name)) for call in answer.tool_calls
+    ]
     return output
 
 
