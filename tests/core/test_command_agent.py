@@ -3,8 +3,10 @@
 Claude Code and the Codex CLI cannot be driven by a model small enough for tests, and are not
 installed here; a stand-in program (``STAND_IN``) takes their place. It reads its endpoint the
 way each harness does (``ANTHROPIC_*`` variables, ``$CODEX_HOME/config.toml``, ``OPENAI_*``)
-and calls the gateway over HTTP, which forwards to a scripted server speaking vLLM's wire with
-its token ids. ``tests/examples/test_cli_agents.py`` runs the real programs.
+and calls the gateway over HTTP on that program's wire (``POST /v1/messages?beta=true`` with
+``x-api-key`` as Claude Code does, ``POST /responses`` as Codex does, chat completions), and
+the gateway forwards to a scripted server speaking vLLM's wire with its token ids.
+``tests/examples/test_cli_agents.py`` runs the real programs.
 """
 
 from __future__ import annotations
@@ -36,27 +38,38 @@ STAND_IN = textwrap.dedent(
     import json, os, sys, tomllib, urllib.request
 
     wire, task = sys.argv[1], sys.argv[2]
+    headers = {"Content-Type": "application/json"}
     if wire == "chat":  # a plain OpenAI-client program
         url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
         key, model = os.environ["OPENAI_API_KEY"], os.environ["OPENAI_MODEL"]
-    elif wire == "claude":  # reads what Claude Code reads (its own wire comes with the gateway)
-        url = os.environ["ANTHROPIC_BASE_URL"] + "/v1/chat/completions"
+        headers["Authorization"] = "Bearer " + key
+        body = {"model": model, "messages": [{"role": "user", "content": task}]}
+    elif wire == "claude":  # what Claude Code reads and sends
+        url = os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages?beta=true"
         key, model = os.environ["ANTHROPIC_API_KEY"], os.environ["ANTHROPIC_MODEL"]
-    elif wire == "codex":  # reads what the Codex CLI reads
+        headers.update({"x-api-key": key, "anthropic-version": "2023-06-01"})
+        messages = [{"role": "user", "content": [{"type": "text", "text": task}]}]
+        body = {"model": model, "max_tokens": 256, "messages": messages}
+    elif wire == "codex":  # what the Codex CLI reads and sends
         with open(os.path.join(os.environ["CODEX_HOME"], "config.toml"), "rb") as file:
             config = tomllib.load(file)
         provider = config["model_providers"][config["model_provider"]]
-        url = provider["base_url"] + "/chat/completions"
+        url = provider["base_url"] + "/responses"
         key, model = os.environ[provider["env_key"]], config["model"]
-    body = {"model": model, "messages": [{"role": "user", "content": task}]}
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"},
-    )
+        headers["Authorization"] = "Bearer " + key
+        content = [{"type": "input_text", "text": task}]
+        body = {"model": model, "input": [{"role": "user", "content": content}], "store": False}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     reply = json.load(urllib.request.urlopen(request, timeout=30))
+    if wire == "chat":
+        answer = reply["choices"][0]["message"]["content"]
+    elif wire == "claude":
+        answer = "".join(block["text"] for block in reply["content"] if block["type"] == "text")
+    else:
+        items = [item for item in reply["output"] if item["type"] == "message"]
+        answer = "".join(part["text"] for item in items for part in item["content"])
     with open("answer.txt", "w") as file:
-        file.write(reply["choices"][0]["message"]["content"])
+        file.write(answer)
     facts = {"cwd": os.getcwd(), "url": url, "key": key, "model": model, "env": dict(os.environ)}
     print(json.dumps(facts))
     """
@@ -126,10 +139,14 @@ def recorded(result: agl.RolloutResult) -> dict[str, Any]:
     return value
 
 
-@pytest.mark.parametrize(("wire", "harness"), [("claude", "claude-code"), ("codex", "codex")])
+@pytest.mark.parametrize(
+    ("wire", "harness", "wire_name"),
+    [("claude", "claude-code", "messages"), ("codex", "codex", "responses")],
+)
 async def test_each_rollout_runs_the_program_in_a_fresh_directory_through_the_gateway(
     wire: str,
     harness: str,
+    wire_name: str,
     stand_in: Path,
     store: MemoryStore,
     upstream: OpenAIServer,
@@ -156,6 +173,7 @@ async def test_each_rollout_runs_the_program_in_a_fresh_directory_through_the_ga
         assert (fact["key"], fact["model"]) == ("tok", "policy")
         assert fact["env"]["HOME"] != os.environ.get("HOME")
         [call] = of_type(result, semconv.SPAN_TYPE_GATEWAY)
+        assert call.attributes[semconv.AGL_WIRE] == wire_name
         prompt_ids = call.attributes[semconv.AGL_PROMPT_TOKEN_IDS]
         response_ids = call.attributes[semconv.AGL_RESPONSE_TOKEN_IDS]
         assert isinstance(prompt_ids, list)
@@ -164,7 +182,7 @@ async def test_each_rollout_runs_the_program_in_a_fresh_directory_through_the_ga
         assert decode(response_ids) == f"ok: {result.rollout.input}"  # type: ignore[arg-type]
     env = facts[0]["env"]
     if harness == "claude-code":
-        assert env["ANTHROPIC_BASE_URL"] == facts[0]["url"].removesuffix("/v1/chat/completions")
+        assert env["ANTHROPIC_BASE_URL"] == facts[0]["url"].removesuffix("/v1/messages?beta=true")
         assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
         assert env["DISABLE_AUTOUPDATER"] == "1"
     else:

@@ -65,6 +65,8 @@ def _claude_code(endpoint: str, model: str, api_key: str, home: Path) -> dict[st
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
+        # Anthropic's thinking blocks have no counterpart in an engine's chat template.
+        "CLAUDE_CODE_DISABLE_THINKING": "1",
         # Lets --dangerously-skip-permissions run as root (containers); the rollout's
         # directory is throwaway. Drop it with env={"IS_SANDBOX": None}.
         "IS_SANDBOX": "1",
