@@ -5,11 +5,14 @@ trained on its own and never merged; a new conversation is a plain trajectory br
 Each history is recorded the way the gateway records it (:class:`agl.gateway._record.CallRecord`:
 the chat request sent to the engine, and the engine's answer with its prompt and response ids),
 tokenized and templated by the scripted server's tokenizer and ChatML template, so a history is
-re-rendered exactly when a real template would re-render it.
+re-rendered exactly when a real template would re-render it. One history is also driven through
+the real gateway on each wire it speaks (chat completions, the Responses API with the ``openai``
+SDK, the Anthropic Messages API with the ``anthropic`` SDK) to the scripted engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -19,9 +22,9 @@ import pytest
 from agl import Attempt, AttemptStatus, Rollout, RolloutStatus, Span, semconv
 from agl._results import RolloutResult, summarize
 from agl.gateway._record import CallRecord
-from agl.lightning import LLMCall, TransitionBuilder
+from agl.lightning import LLMCall, TransitionBuilder, extract_calls
 from agl.lightning._history import same_conversation
-from agl.testing._openai_wire import EOS_ID, encode, render_chat, tool_call_text
+from agl.testing._openai_wire import EOS_ID, decode, encode, render_chat, tool_call_text
 
 SYSTEM = {"role": "system", "content": "You research questions with the search tool."}
 QUESTION = {"role": "user", "content": "Who wrote the Iliad?"}
@@ -233,6 +236,147 @@ def test_without_messages_the_ids_alone_decide() -> None:
     report = build(harness.result(), trajectory=True).report
     assert report.notes["trajectory_breaks"] == 1
     assert report.as_metrics()["transitions/prefix_mismatch"] == 0.0
+
+
+# --- through the real gateway, on each wire ---------------------------------------------------
+
+RESULT = "The Iliad is attributed to Homer."
+TRIMMED = "[trimmed]"
+CHAT_TOOLS: Any = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+RESPONSES_TOOLS: Any = [{"type": "function", "name": "search", "parameters": {}}]
+MESSAGES_TOOLS: Any = [{"name": "search", "input_schema": {"type": "object"}}]
+
+
+def researcher(request: dict[str, Any]) -> Any:
+    """Search first, answer from the result, then confirm."""
+    from agl.testing.openai_server import text_reply, tool_reply
+
+    last = request["messages"][-1]
+    if not any(m["role"] == "assistant" for m in request["messages"]):
+        return tool_reply("search", {"q": "Iliad"})
+    return text_reply("Homer." if last["role"] == "tool" else "Yes.")
+
+
+async def _chat(base_url: str) -> None:
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="secret", max_retries=0) as client:
+        asked: list[Any] = [SYSTEM, QUESTION]
+        first = await client.chat.completions.create(model="m", messages=asked, tools=CHAT_TOOLS)
+        call = first.choices[0].message
+        [tool_call] = call.tool_calls or []
+        searched = [*asked, call.model_dump(exclude_none=True)]
+        result = {"role": "tool", "tool_call_id": tool_call.id, "content": RESULT}
+        second = await client.chat.completions.create(
+            model="m", messages=[*searched, result], tools=CHAT_TOOLS
+        )
+        assert second.choices[0].message.content == "Homer."
+        edited = [*searched, {**result, "content": TRIMMED}]  # the harness trims the result
+        answer = {"role": "assistant", "content": "Homer."}
+        follow_up = [*edited, answer, {"role": "user", "content": "Sure?"}]
+        await client.chat.completions.create(model="m", messages=follow_up, tools=CHAT_TOOLS)
+
+
+async def _responses(base_url: str) -> None:
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="secret", max_retries=0) as client:
+        system, asked = str(SYSTEM["content"]), [QUESTION]
+        first = await client.responses.create(
+            model="m", instructions=system, input=asked, tools=RESPONSES_TOOLS
+        )
+        [call] = first.output
+        assert call.type == "function_call"
+        searched = [*asked, call.model_dump(exclude_none=True)]
+        result = {"type": "function_call_output", "call_id": call.call_id, "output": RESULT}
+        second = await client.responses.create(
+            model="m", instructions=system, input=[*searched, result], tools=RESPONSES_TOOLS
+        )
+        assert second.output_text == "Homer."
+        edited = [*searched, {**result, "output": TRIMMED}]
+        answer = {"role": "assistant", "content": "Homer."}
+        follow_up: Any = [*edited, answer, {"role": "user", "content": "Sure?"}]
+        await client.responses.create(
+            model="m", instructions=system, input=follow_up, tools=RESPONSES_TOOLS
+        )
+
+
+async def _messages(base_url: str) -> None:
+    import anthropic
+
+    # Anthropic's clients add /v1/messages themselves: they get the attempt's base without /v1.
+    base = base_url.removesuffix("/v1")
+    async with anthropic.AsyncAnthropic(base_url=base, api_key="secret", max_retries=0) as client:
+        system, asked = str(SYSTEM["content"]), [QUESTION]
+        options: Any = {"model": "m", "max_tokens": 100, "system": system, "tools": MESSAGES_TOOLS}
+        first = await client.messages.create(messages=asked, **options)
+        [use] = first.content
+        assert use.type == "tool_use"
+        searched = [*asked, {"role": "assistant", "content": [use.model_dump()]}]
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": RESULT}
+        second = await client.messages.create(
+            messages=[*searched, {"role": "user", "content": [result]}], **options
+        )
+        assert [block.type for block in second.content] == ["text"]
+        edited = [*searched, {"role": "user", "content": [{**result, "content": TRIMMED}]}]
+        answer = {"role": "assistant", "content": "Homer."}
+        follow_up = [*edited, answer, {"role": "user", "content": "Sure?"}]
+        await client.messages.create(messages=follow_up, **options)
+
+
+@pytest.mark.parametrize(
+    "agent", [_chat, _responses, _messages], ids=["chat", "responses", "messages"]
+)
+def test_a_re_rendered_history_is_counted_on_each_wire(agent: Any) -> None:
+    """An agent edits an earlier tool result between turns, on each wire the gateway speaks,
+    through the real gateway to the scripted engine: its third call is a prefix mismatch."""
+    from agl import RolloutRequest
+    from agl._results import fetch_results
+    from agl.gateway import GatewayServer
+    from agl.store._memory import MemoryStore
+    from agl.testing.openai_server import OpenAIServer
+
+    store = MemoryStore()
+
+    async def claim() -> tuple[str, str]:
+        await store.enqueue_rollouts([RolloutRequest(input=0)])
+        [claimed] = await store.dequeue_rollouts()
+        return claimed.rollout.rollout_id, claimed.attempt.attempt_id
+
+    async def finish(rollout_id: str, attempt_id: str) -> list[RolloutResult]:
+        reward = {semconv.AGL_SPAN_TYPE: semconv.SPAN_TYPE_REWARD, semconv.AGL_REWARD: 1.0}
+        span = Span.create(
+            rollout_id=rollout_id, attempt_id=attempt_id, name="agl.reward", attributes=reward
+        )
+        await store.add_spans([span])
+        await store.update_attempt(rollout_id, attempt_id, AttemptStatus.SUCCEEDED)
+        return await fetch_results(store, [await store.get_rollout(rollout_id)])
+
+    with (
+        OpenAIServer(researcher) as engine,
+        GatewayServer([engine.url], store, token="secret") as gateway,
+    ):
+        rollout_id, attempt_id = asyncio.run(claim())
+        asyncio.run(agent(gateway.rollout_url(rollout_id, attempt_id)))
+        assert gateway.gateway is not None
+        assert gateway.gateway.sender.flush(10)
+        [result] = asyncio.run(finish(rollout_id, attempt_id))
+
+    calls = extract_calls(result.spans).calls
+    assert [call.messages() is not None for call in calls] == [True] * 3
+    merged = build(result, trajectory=True)
+    assert [(t.call_index, t.n_calls) for t in merged] == [(0, 2), (2, 1)]
+    [(rid, index, position)] = merged.report.prefix_mismatches
+    assert (rid, index) == (rollout_id, 2)
+    # the ids part where the trimmed tool result starts: every token before is the same
+    before = [*(calls[1].prompt_ids or []), *(calls[1].response_ids or [])]
+    after = calls[2].prompt_ids or []
+    assert after[:position] == before[:position]
+    assert after[position] != before[position]
+    assert TRIMMED[0] in decode(after[position : position + 1])
+    per_call = build(result, trajectory=False).report
+    assert per_call.as_metrics()["transitions/prefix_mismatch"] == 1.0
+    assert merged.report.notes["trajectory_breaks"] == per_call.notes["trajectory_breaks"] == 0
 
 
 def _call(messages: list[dict[str, Any]], response: dict[str, Any] | None) -> LLMCall:
