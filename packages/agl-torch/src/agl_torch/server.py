@@ -12,6 +12,9 @@ they would talk to ``vllm serve``::
 or from a shell: ``python -m agl_torch.server --model models/tiny --port 8000``.
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
+``POST /v1/responses`` (the OpenAI Responses API) and ``POST /v1/messages`` (the Anthropic
+Messages API), both served through the chat route by :func:`agl.openai_wire.serve_wire`, as the
+gateway serves them (so an agent on any wire trains on CPU through the same translation),
 ``GET /v1/models`` (with vLLM's ``max_model_len``), ``GET /health``, and for training loops
 ``GET /agl/weights`` (``{"version": n}``) and ``POST /agl/weights`` with ``{"path": folder}``
 (load a ``save_pretrained`` folder; answers with the new version once it is in use).
@@ -57,7 +60,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl import AglError, InvalidInputError, ServerThread
-from agl.openai_wire import WireError, model_list
+from agl.openai_wire import WIRES, Wire, WireError, model_list, serve_wire
 from agl_torch._vllm_requests import JSON, GenerationRequest, read_body, read_generation
 from agl_torch._vllm_responses import (
     VERSION_HEADER,
@@ -207,6 +210,31 @@ def create_app(engine: GenerationEngine, model_name: str = "policy") -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         return await generate(read_generation(await read_body(request), "chat", tokenizer))
+
+    async def chat_or_error(body: JSON) -> Response:
+        """The chat route's answer to a translated request, errors included."""
+        try:
+            return await generate(read_generation(body, "chat", tokenizer))
+        except InvalidInputError as exc:
+            status = exc.status if isinstance(exc, WireError) else 400
+            return error_response(status, exc.message, param=exc.field)
+        except AglError as exc:
+            return error_response(503, exc.message)
+
+    async def serve(wire: Wire, request: Request) -> Response:
+        try:
+            body = await read_body(request)
+        except WireError as exc:
+            return wire.error_response(exc.status, exc.message, exc.field)
+        return await serve_wire(wire, body, request.headers, chat_or_error)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await serve(WIRES["responses"], request)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await serve(WIRES["messages"], request)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

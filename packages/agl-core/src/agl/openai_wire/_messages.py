@@ -12,7 +12,8 @@ Anthropic model) becomes the chat request an engine renders with its own templat
   ``is_error`` the content is marked ``Error:``, as chat has no such flag).
 * ``tools`` (``name``, ``description``, ``input_schema``), ``tool_choice`` (``auto``, ``any``,
   ``tool``, ``none``; ``disable_parallel_tool_use``), ``max_tokens`` (required, as Anthropic's
-  API requires it), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``; ``metadata``,
+  API requires it), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k`` (and vLLM's other sampling extras,
+  such as ``seed``); ``metadata``,
   ``service_tier`` and ``cache_control`` marks are accepted and change nothing.
 * Claude Code's defaults change nothing an open engine does and are accepted: ``thinking``
   ``adaptive`` (the model may think: this one answers without a thinking channel), context
@@ -45,7 +46,7 @@ from typing import Any
 from agl.openai_wire import _messages_blocks as blocks
 from agl.openai_wire._bodies import new_id, sse
 from agl.openai_wire._requests import WireError
-from agl.openai_wire._translate import ChatAnswer, ChatReader, Wire, WireStream
+from agl.openai_wire._translate import SAMPLING_EXTRAS, ChatAnswer, ChatReader, Wire, WireStream
 
 __all__ = ["ANTHROPIC_VERSION", "MessagesWire", "anthropic_error"]
 
@@ -133,6 +134,9 @@ class MessagesWire(Wire):
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise WireError(f"{key}: must be a number (got {value!r})", field=key)
                 chat[key] = value
+        for key in SAMPLING_EXTRAS:
+            if body.get(key) is not None:
+                chat.setdefault(key, body[key])
         if body.get("stream") is not None and not isinstance(body["stream"], bool):
             raise WireError("stream: must be true or false", field="stream")
         if body.get("stream"):

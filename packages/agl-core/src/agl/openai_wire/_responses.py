@@ -11,7 +11,8 @@ Codex CLI) becomes the chat request an engine renders with its own template:
 * function ``tools`` (those in ``namespace`` groups too, offered by their own names; a call of
   one comes back with its ``namespace``), ``tool_choice``, ``parallel_tool_calls``,
   ``max_output_tokens``, ``temperature``, ``top_p``, ``top_logprobs``, ``text.format`` (JSON
-  schema / JSON object) map onto their chat fields. Hints that change nothing an open engine
+  schema / JSON object) map onto their chat fields; vLLM's sampling extras (``seed``,
+  ``top_k``... :data:`~agl.openai_wire._translate.SAMPLING_EXTRAS`) pass on as they are. Hints that change nothing an open engine
   does are accepted and ignored: ``store``, ``metadata``, ``user``, ``safety_identifier``,
   ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier``, ``client_metadata``,
   ``include`` (``message.output_text.logprobs`` is honoured), ``reasoning`` (no open model
@@ -43,7 +44,7 @@ from typing import Any
 from agl.openai_wire import _responses_items as items
 from agl.openai_wire._bodies import error_body, now, sse
 from agl.openai_wire._requests import WireError
-from agl.openai_wire._translate import ChatAnswer, Wire, WireStream
+from agl.openai_wire._translate import SAMPLING_EXTRAS, ChatAnswer, Wire, WireStream
 
 __all__ = ["ResponsesWire"]
 
@@ -96,6 +97,9 @@ class ResponsesWire(Wire):
         ):
             if body.get(source) is not None:
                 chat[target] = body[source]
+        for key in SAMPLING_EXTRAS:
+            if body.get(key) is not None:
+                chat.setdefault(key, body[key])
         include = body.get("include") or []
         if not isinstance(include, list):
             raise WireError("'include' must be a list of strings", field="include")

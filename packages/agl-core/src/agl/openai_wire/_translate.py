@@ -29,9 +29,29 @@ from agl.openai_wire._bodies import sse_data
 from agl.openai_wire._requests import WireError
 from agl.openai_wire._response import WireJSONResponse
 
-__all__ = ["ChatAnswer", "ChatReader", "ToolCallPart", "Wire", "WireStream", "serve_wire"]
+__all__ = [
+    "SAMPLING_EXTRAS",
+    "ChatAnswer",
+    "ChatReader",
+    "ToolCallPart",
+    "Wire",
+    "WireStream",
+    "serve_wire",
+]
 
 JSON = dict[str, Any]
+
+SAMPLING_EXTRAS = (
+    "seed",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
+"""Sampling fields an open engine takes on chat (vLLM's extras, sent as ``extra_body``) that a
+request on another wire may carry too: passed on to the chat call as they are, for the engine
+to judge."""
 
 
 # --- a chat answer, read --------------------------------------------------------------------
