@@ -3,29 +3,28 @@
 What an agent sends (the ``anthropic`` SDK, Claude Code, PydanticAI / LangChain with an
 Anthropic model) becomes the chat request an engine renders with its own template:
 
-* ``system`` (a string or text blocks) is the first system message; each message's content (a
-  string or blocks) maps block by block: ``text``; ``image`` (base64 or URL source) as a chat
-  image part, which an engine that takes images reads and any other refuses; ``document`` with
-  a plain-text source as text; an assistant's ``tool_use`` blocks become its ``tool_calls`` (the
-  ``input`` as JSON text); a user's ``tool_result`` blocks become tool messages, before the
-  user's other content, each answering a ``tool_use`` earlier in the conversation (with
-  ``is_error`` the content is marked ``Error:``, as chat has no such flag).
+* ``system`` (a string or text blocks) is the first system message; each message's content (a string
+  or blocks) maps block by block: ``text``; ``image`` (base64 or URL source) as a chat image part,
+  which an engine that takes images reads and any other refuses; ``document`` with a plain-text
+  source as text; an assistant's ``tool_use`` blocks become its ``tool_calls`` (the ``input`` as
+  JSON text); a user's ``tool_result`` blocks become tool messages, before the user's other content,
+  each answering a ``tool_use`` earlier in the conversation (with ``is_error`` the content is marked
+  ``Error:``, as chat has no such flag).
 * ``tools`` (``name``, ``description``, ``input_schema``), ``tool_choice`` (``auto``, ``any``,
-  ``tool``, ``none``; ``disable_parallel_tool_use``), ``max_tokens`` (required, as Anthropic's
-  API requires it), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k`` (and vLLM's other sampling extras,
-  such as ``seed``); ``metadata``,
-  ``service_tier`` and ``cache_control`` marks are accepted and change nothing.
+  ``tool``, ``none``; ``disable_parallel_tool_use``), ``max_tokens`` (required, as Anthropic's API
+  requires it), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k`` (and vLLM's other sampling
+  extras, such as ``seed``); ``metadata``, ``service_tier`` and ``cache_control`` marks are accepted
+  and change nothing.
 * Claude Code's defaults change nothing an open engine does and are accepted: ``thinking``
-  ``adaptive`` (the model may think: this one answers without a thinking channel), context
-  edits that clear thinking blocks, ``output_config.effort``; ``output_config.format`` (a JSON
-  schema) is chat's ``response_format``. System messages inside ``messages`` (Claude Code sends
-  its environment so) are chat system messages in place.
-* Refused with a 400 naming the field: ``thinking`` enabled (a budget that would have to be
-  spent), other context edits, thinking blocks in the history,
-  server tools (web search, code execution, bash / text editor / computer use of Anthropic's
-  own definition) and their blocks, ``mcp_servers``, ``container``, documents that are not
-  plain text, and an ``anthropic-version`` header that is not a version of the API (a date from
-  ``2023-06-01`` on).
+  ``adaptive`` (the model may think: this one answers without a thinking channel), context edits
+  that clear thinking blocks, ``output_config.effort``; ``output_config.format`` (a JSON schema) is
+  chat's ``response_format``. System messages inside ``messages`` (Claude Code sends its environment
+  so) are chat system messages in place.
+* Refused with a 400 naming the field: ``thinking`` enabled (a budget that would have to be spent),
+  other context edits, thinking blocks in the history, server tools (web search, code execution,
+  bash / text editor / computer use of Anthropic's own definition) and their blocks,
+  ``mcp_servers``, ``container``, documents that are not plain text, and an ``anthropic-version``
+  header that is not a version of the API (a date from ``2023-06-01`` on).
 
 The answer is a ``message`` whose content holds a text block (when there is text) and a
 ``tool_use`` block per tool call; ``stop_reason`` is ``end_turn``, ``tool_use``, ``max_tokens``

@@ -8,22 +8,22 @@ Codex CLI) becomes the chat request an engine renders with its own template:
   ``system``), ``function_call`` items (grouped with the assistant text before them into one
   assistant message with ``tool_calls``) and ``function_call_output`` items (tool messages; each
   must answer a ``function_call`` earlier in ``input``).
-* function ``tools`` (those in ``namespace`` groups too, offered by their own names; a call of
-  one comes back with its ``namespace``), ``tool_choice``, ``parallel_tool_calls``,
-  ``max_output_tokens``, ``temperature``, ``top_p``, ``top_logprobs``, ``text.format`` (JSON
-  schema / JSON object) map onto their chat fields; vLLM's sampling extras (``seed``,
-  ``top_k``... :data:`~agl.openai_wire._translate.SAMPLING_EXTRAS`) pass on as they are. Hints that change nothing an open engine
-  does are accepted and ignored: ``store``, ``metadata``, ``user``, ``safety_identifier``,
-  ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier``, ``client_metadata``,
-  ``include`` (``message.output_text.logprobs`` is honoured), ``reasoning`` (no open model
-  here reasons in a separate channel, so no reasoning item is ever answered),
+* function ``tools`` (those in ``namespace`` groups too, offered by their own names; a call of one
+  comes back with its ``namespace``), ``tool_choice``, ``parallel_tool_calls``,
+  ``max_output_tokens``, ``temperature``, ``top_p``, ``top_logprobs``, ``text.format`` (JSON schema
+  / JSON object) map onto their chat fields; vLLM's sampling extras (``seed``, ``top_k``...
+  :data:`~agl.openai_wire._translate.SAMPLING_EXTRAS`) pass on as they are. Hints that change
+  nothing an open engine does are accepted and ignored: ``store``, ``metadata``, ``user``,
+  ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier``,
+  ``client_metadata``, ``include`` (``message.output_text.logprobs`` is honoured), ``reasoning`` (no
+  open model here reasons in a separate channel, so no reasoning item is ever answered),
   ``truncation: "disabled"``.
 * What a stateless gateway cannot honestly do is refused with a 400 naming the field:
-  ``previous_response_id`` and ``conversation`` (conversation state is the agent's: send the
-  whole ``input``), ``background``, ``prompt`` templates, ``truncation: "auto"``,
-  ``context_management``; reasoning and ``item_reference`` input items; built-in tools (web
-  search, file search, computer use, code interpreter, image generation, MCP, shell) and their
-  items; ``allowed_tools`` tool choices.
+  ``previous_response_id`` and ``conversation`` (conversation state is the agent's: send the whole
+  ``input``), ``background``, ``prompt`` templates, ``truncation: "auto"``, ``context_management``;
+  reasoning and ``item_reference`` input items; built-in tools (web search, file search, computer
+  use, code interpreter, image generation, MCP, shell) and their items; ``allowed_tools`` tool
+  choices.
 
 The answer is a ``response`` object whose ``output`` holds an assistant message (when there is
 text) and a ``function_call`` item per tool call; ``status`` is ``incomplete`` (reason
