@@ -31,6 +31,7 @@ import agl
 from agl import RolloutRequest, semconv
 from agl.gateway import GatewayServer
 from agl.store._memory import MemoryStore
+from agl.testing.gateway_wires import GatewayWiresConformance
 from agl.testing.ports import free_port
 
 VLLM_PYTHON = os.environ.get("AGL_VLLM_PYTHON")
@@ -292,3 +293,15 @@ async def test_an_over_long_prompt_is_a_recorded_failure_and_a_400(
     [span] = await recorded(gateway, store, rollout_id)
     assert span.status.code == agl.StatusCode.ERROR
     assert "400" in (span.status.description or "")
+
+
+class TestVLLMWires(GatewayWiresConformance):
+    """Every wire through the gateway in front of the real engine: the Responses and Messages
+    APIs recorded with vLLM's own ids for the chat request each became."""
+
+    model = MODEL
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine(cls, vllm_url: str) -> str:
+        return vllm_url

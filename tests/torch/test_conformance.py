@@ -1,15 +1,18 @@
-"""agl-torch's algorithms pass the algorithm conformance suite every algorithm passes."""
+"""agl-torch passes the suites: its algorithms the algorithm suite, its policy server the
+gateway's wires suite."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import agl
 from agl.testing.algorithm import AlgorithmConformance, llm_agent
+from agl.testing.gateway_wires import GatewayWiresConformance
 from agl_torch.rl import LightningRLTorch
+from agl_torch.server import PolicyServer
 from agl_torch.settings import CheckpointSettings
 from agl_torch.sft import SFTTorch
 
@@ -47,3 +50,16 @@ class TestSFTTorch(AlgorithmConformance):
     @pytest.fixture
     def agent(self) -> agl.LitAgent:
         return llm_agent()
+
+
+class TestPolicyServerWires(GatewayWiresConformance):
+    """Every wire through agl's gateway in front of agl-torch's policy server (the tiny model):
+    the ids on the record are a real tokenizer's, rendered by the model's own chat template."""
+
+    model = "policy"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine(cls, tiny_model_dir: Path) -> Iterator[str]:
+        with PolicyServer(tiny_model_dir) as server:
+            yield server.url
