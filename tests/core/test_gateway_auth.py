@@ -27,6 +27,7 @@ BODIES: dict[str, Any] = {
     "completions": {"model": "m", "prompt": "hi", "max_tokens": 4},
     "responses": {"model": "m", "input": "hi", "max_output_tokens": 4},
     "messages": {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+    "messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
 }
 
 
@@ -90,7 +91,7 @@ async def test_every_route_refuses_a_missing_or_wrong_token(
             assert reply.status_code == 401, (method, url, reply.text)
             assert reply.headers["www-authenticate"].startswith("Bearer")
             error = reply.json()["error"]  # the wire's error format, which its clients read
-            if url.endswith("/v1/messages"):
+            if "/v1/messages" in url:
                 assert error["type"] == "authentication_error"  # Anthropic's
             else:
                 assert error["type"] == "AuthenticationError"  # OpenAI's

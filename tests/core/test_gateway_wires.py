@@ -600,3 +600,26 @@ async def test_the_codex_clis_request_shape_is_served(
     chat = check_exact_ids(span, "responses")
     assert [m["role"] for m in chat["messages"]] == ["system", "user", "assistant", "tool"]
     assert [t["function"]["name"] for t in chat["tools"]] == ["exec_command", "spawn_agent"]
+
+
+async def test_messages_count_tokens_is_the_engines_count_for_the_chat(
+    gateway: GatewayServer, store: MemoryStore
+) -> None:
+    ids = await claim(store)
+    messages: Any = [{"role": "user", "content": "Weather?"}]
+    count = anthropic_client(gateway, ids).messages.count_tokens(
+        model="m", system="Be brief.", messages=messages, tools=TOOLS_MESSAGES
+    )
+    chat = [{"role": "system", "content": "Be brief."}, *messages]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": TOOLS_MESSAGES[0]["input_schema"],
+                "description": "The weather in a city.",
+            },
+        }
+    ]
+    assert count.input_tokens == len(encode(render_chat(chat, tools)))
+    assert await recorded(gateway, store, ids[0]) == []  # a count is not a call

@@ -11,13 +11,14 @@ they would talk to ``vllm serve``::
 
 or from a shell: ``python -m agl_torch.server --model models/tiny --port 8000``.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not),
-``POST /v1/responses`` (the OpenAI Responses API) and ``POST /v1/messages`` (the Anthropic
-Messages API), both served through the chat route by :func:`agl.openai_wire.serve_wire`, as the
-gateway serves them (so an agent on any wire trains on CPU through the same translation),
-``GET /v1/models`` (with vLLM's ``max_model_len``), ``GET /health``, and for training loops
-``GET /agl/weights`` (``{"version": n}``) and ``POST /agl/weights`` with ``{"path": folder}``
-(load a ``save_pretrained`` folder; answers with the new version once it is in use).
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming or not), ``POST
+/v1/responses`` (the OpenAI Responses API) and ``POST /v1/messages`` (the Anthropic Messages API),
+both served through the chat route by :func:`agl.openai_wire.serve_wire`, as the gateway serves them
+(so an agent on any wire trains on CPU through the same translation), ``POST /tokenize`` (vLLM's: a
+chat's or a prompt's token ids and count), ``GET /v1/models`` (with vLLM's ``max_model_len``), ``GET
+/health``, and for training loops ``GET /agl/weights`` (``{"version": n}``) and ``POST
+/agl/weights`` with ``{"path": folder}`` (load a ``save_pretrained`` folder; answers with the new
+version once it is in use).
 
 **vLLM's format.** With ``"return_token_ids": true`` a chat body carries top-level
 ``prompt_token_ids`` and per-choice ``token_ids``; a chat stream carries ``prompt_token_ids`` on
@@ -60,7 +61,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agl import AglError, InvalidInputError, ServerThread
-from agl.openai_wire import WIRES, Wire, WireError, model_list, serve_wire
+from agl.openai_wire import WIRES, Api, Wire, WireError, model_list, serve_wire
 from agl_torch._vllm_requests import JSON, GenerationRequest, read_body, read_generation
 from agl_torch._vllm_responses import (
     VERSION_HEADER,
@@ -227,6 +228,13 @@ def create_app(engine: GenerationEngine, model_name: str = "policy") -> FastAPI:
         except WireError as exc:
             return wire.error_response(exc.status, exc.message, exc.field)
         return await serve_wire(wire, body, request.headers, chat_or_error)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> JSON:
+        body = await read_body(request)
+        api: Api = "chat" if "messages" in body else "completions"
+        prompt = read_generation(body, api, tokenizer).prompt
+        return {"count": len(prompt), "max_model_len": engine.max_model_len, "tokens": prompt}
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:

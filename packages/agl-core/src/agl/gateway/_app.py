@@ -52,6 +52,7 @@ from agl.gateway._record import CallRecord
 from agl.openai_wire import (
     DONE,
     WIRES,
+    MessagesWire,
     Wire,
     WireError,
     error_body,
@@ -59,6 +60,7 @@ from agl.openai_wire import (
     serve_wire,
     sse,
     sse_data,
+    upstream_error,
 )
 from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.store._base import Store
@@ -240,6 +242,14 @@ class Gateway:
             # checked by the wire.
             return await self._wire_call(WIRES["messages"], rollout_id, attempt_id, request)
 
+        @app.post(
+            _PREFIX + "/messages/count_tokens",
+            openapi_extra=openapi.COUNT_TOKENS_REQUEST,
+            responses=openapi.COUNT_TOKENS_RESPONSES,
+        )
+        async def count_tokens(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self._count_tokens(rollout_id, attempt_id, request)
+
         return app
 
     def _headers(self, request: Request) -> dict[str, str]:
@@ -263,12 +273,9 @@ class Gateway:
             body = read_json(await request.body())
         except WireError as exc:
             return wire.error_response(exc.status, exc.message, exc.field)
-        try:  # an unknown attempt first, as on chat: whatever the body, it is not found
-            await self._check_rollout(rollout_id, attempt_id)
-        except NotFoundError as exc:
-            return wire.error_response(404, exc.message)
-        except AglError as exc:
-            return wire.error_response(503, f"the gateway cannot reach its store: {exc.message}")
+        unknown = await self._attempt_error(wire, rollout_id, attempt_id)
+        if unknown is not None:
+            return unknown
 
         async def chat(translated: dict[str, Any]) -> Response:
             return await self._call(
@@ -276,6 +283,53 @@ class Gateway:
             )
 
         return await serve_wire(wire, body, request.headers, chat)
+
+    async def _attempt_error(self, wire: Wire, rollout_id: str, attempt_id: str) -> Response | None:
+        """An error in the wire's format when the attempt is unknown (whatever the body, as on
+        chat) or the store cannot say; None when the attempt is known."""
+        try:
+            await self._check_rollout(rollout_id, attempt_id)
+        except NotFoundError as exc:
+            return wire.error_response(404, exc.message)
+        except AglError as exc:
+            return wire.error_response(503, f"the gateway cannot reach its store: {exc.message}")
+        return None
+
+    async def _count_tokens(self, rollout_id: str, attempt_id: str, request: Request) -> Response:
+        """The Messages API's token count, by the engine's own tokenizer (not a call: nothing
+        is generated or recorded)."""
+        wire = WIRES["messages"]
+        assert isinstance(wire, MessagesWire)
+        try:
+            body = read_json(await request.body())
+        except WireError as exc:
+            return wire.error_response(exc.status, exc.message, exc.field)
+        unknown = await self._attempt_error(wire, rollout_id, attempt_id)
+        if unknown is not None:
+            return unknown
+        try:
+            ask = wire.tokenize_request(body, request.headers)
+        except WireError as exc:
+            return wire.error_response(exc.status, exc.message, exc.field)
+        upstream = self.upstream_for(rollout_id)
+        url = upstream.removesuffix("/v1") + "/tokenize"  # vLLM serves it beside /v1
+        try:
+            async with self._upstream().post(
+                url, json=ask, headers=self._headers(request)
+            ) as reply:
+                content, status = await reply.read(), reply.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return wire.error_response(502, f"upstream {upstream} unreachable: {exc}")
+        if status >= 400:
+            message = upstream_error(content)
+            if status == 404:
+                message = f"the engine at {upstream} cannot count tokens (no /tokenize): {message}"
+            return wire.error_response(status, message)
+        try:
+            count = json.loads(content)["count"]
+        except (ValueError, KeyError, TypeError):
+            return wire.error_response(502, f"upstream {upstream} sent no token count")
+        return JSONResponse({"input_tokens": count})
 
     async def _call(
         self,

@@ -15,6 +15,8 @@ from typing import Any
 __all__ = [
     "CHAT_REQUEST",
     "COMPLETIONS_REQUEST",
+    "COUNT_TOKENS_REQUEST",
+    "COUNT_TOKENS_RESPONSES",
     "ERRORS",
     "FLUSH_RESPONSES",
     "MESSAGES_REQUEST",
@@ -224,3 +226,37 @@ MESSAGES_REQUEST = _body(
     }
 )
 """``POST …/messages``: the Anthropic Messages API's request (translated to one chat call)."""
+
+COUNT_TOKENS_REQUEST = _body(
+    {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "messages": MESSAGES_REQUEST["requestBody"]["content"]["application/json"]["schema"][
+                "properties"
+            ]["messages"],
+            "system": {
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]
+            },
+        },
+    }
+)
+"""``POST …/messages/count_tokens``: the Messages API's token count request."""
+
+COUNT_TOKENS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The prompt's token count under the engine's own chat template",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["input_tokens"],
+                    "properties": {"input_tokens": {"type": "integer", "minimum": 0}},
+                }
+            }
+        },
+    },
+    **dict.fromkeys(ERRORS, _ANTHROPIC_ERROR),
+}
+"""The answers of the count-tokens route."""

@@ -34,6 +34,9 @@ id is the chat completion's, as ``msg_<hex>``. A stream is the events the SDK pa
 ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (``stop_reason`` and usage)
 and ``message_stop``; a failure mid-stream is an ``error`` event. Errors are Anthropic's
 ``{"type": "error", "error": {"type", "message"}}``.
+
+``/v1/messages/count_tokens`` is answered by the engine's tokenizer (vLLM's ``/tokenize``, on
+the chat the messages become): the count is the prompt's token count under its own template.
 """
 
 from __future__ import annotations
@@ -171,6 +174,13 @@ class MessagesWire(Wire):
 
     def stream(self, request: Mapping[str, Any]) -> WireStream:
         return _MessagesStream(self, request)
+
+    def tokenize_request(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> JSON:
+        """The engine's ``/tokenize`` request (vLLM's) counting a ``/v1/messages/count_tokens``
+        request's prompt: its messages and tools, as the chat they become."""
+        chat = self.to_chat({**body, "max_tokens": 1, "stream": False}, headers)
+        keep = ("model", "messages", "tools")
+        return {**{k: chat[k] for k in keep if k in chat}, "add_generation_prompt": True}
 
     def error(self, status: int, message: str, param: str | None = None) -> JSON:
         return anthropic_error(status, message)
@@ -328,9 +338,3 @@ class _MessagesStream(WireStream):
 
     def fail(self, status: int, message: str) -> list[str]:
         return [*self._start(), sse(anthropic_error(status, message), event="error")]
-
-
-def count_tokens_request(body: Mapping[str, Any], headers: Mapping[str, str]) -> JSON:
-    """The chat messages (and tools) of a ``/v1/messages/count_tokens`` request, to tokenize."""
-    wire = MessagesWire()
-    return wire.to_chat({**body, "max_tokens": 1, "stream": False}, headers)

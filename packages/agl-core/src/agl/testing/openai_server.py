@@ -19,6 +19,7 @@ Routes: ``GET /v1/models``, ``GET /health``, ``POST /v1/chat/completions``,
 ``POST /v1/messages`` (the Anthropic Messages API), each streaming (``"stream": true``) or not.
 The last two are served through the chat route by :func:`agl.openai_wire.serve_wire`, as the
 gateway and agl-torch's policy server serve them: the script sees the chat request they become.
+``POST /tokenize`` (vLLM's, beside ``/v1``) counts a chat's (``messages``) or a prompt's tokens.
 Every request, including unknown routes, is recorded in :attr:`OpenAIServer.requests`.
 
 **Tokenizer.** Byte level: token id = UTF-8 byte + 3; ids 0, 1, 2 are BOS, EOS and PAD
@@ -285,6 +286,37 @@ def _install_weight_version(app: FastAPI, state: _State) -> None:
         return response
 
 
+def _install_other_wires(
+    app: FastAPI, state: _State, chat: Callable[[dict[str, Any]], Awaitable[Response]]
+) -> None:
+    """vLLM's ``/tokenize``, and the Responses and Messages APIs served through ``chat``."""
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        body = await state.record(request)
+        if "messages" in body:
+            asked = read_request(body, "chat")
+            tokens = encode(render_chat(asked.messages or [], asked.tools))
+        else:
+            tokens = wire.prompt_ids(read_request(body, "completions").prompts or [""])[0]
+        return JSONResponse(
+            {"count": len(tokens), "max_model_len": state.max_model_len, "tokens": tokens}
+        )
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        body = await state.record(request)
+        return await serve_wire(WIRES["responses"], body, request.headers, chat)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        try:
+            body = await state.record(request)
+        except WireError as exc:
+            return WIRES["messages"].error_response(exc.status, exc.message)
+        return await serve_wire(WIRES["messages"], body, request.headers, chat)
+
+
 def _create_app(state: _State) -> FastAPI:
     app = FastAPI(title="agl scripted OpenAI server", version="1")
 
@@ -348,18 +380,7 @@ def _create_app(state: _State) -> FastAPI:
             return _stream(events, replies)
         return JSONResponse(bodies.completion(head, items, prompt_tokens, ids, top))
 
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Response:
-        body = await state.record(request)
-        return await serve_wire(WIRES["responses"], body, request.headers, chat_or_error)
-
-    @app.post("/v1/messages")
-    async def messages(request: Request) -> Response:
-        try:
-            body = await state.record(request)
-        except WireError as exc:
-            return WIRES["messages"].error_response(exc.status, exc.message)
-        return await serve_wire(WIRES["messages"], body, request.headers, chat_or_error)
+    _install_other_wires(app, state, chat_or_error)
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def unknown(request: Request, path: str) -> Response:
