@@ -32,25 +32,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agl._errors import AglError, InvalidInputError, NotFoundError
-from agl._resources import LLM
 from agl._server_auth import BearerTokenMiddleware
+from agl.gateway import _forward as forward
 from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths
+from agl.gateway._attempts import Attempts
 from agl.gateway._record import CallRecord
 from agl.openai_wire import (
-    DONE,
     WIRES,
     MessagesWire,
     Wire,
@@ -58,8 +56,6 @@ from agl.openai_wire import (
     error_body,
     read_json,
     serve_wire,
-    sse,
-    sse_data,
     upstream_error,
 )
 from agl.openai_wire import WireJSONResponse as JSONResponse
@@ -68,8 +64,6 @@ from agl.store._server_errors import BodyLimitMiddleware
 from agl.tracing._exporter import SpanSender
 
 __all__ = ["Gateway"]
-
-logger = logging.getLogger(__name__)
 
 _PREFIX = paths.OPENAI
 
@@ -133,10 +127,7 @@ class Gateway:
         # aiohttp, not httpx, upstream: httpcore's pool slows to ~100 requests/s at 64
         # concurrent connections on 2 cores, where aiohttp's keeps ~2,000.
         self._session: aiohttp.ClientSession | None = None
-        self._known: dict[tuple[str, str], str | None] = {}  # (rollout, attempt) -> resources id
-        # (resources id, Host the agent called, model it asked for) -> the LLM resource served
-        # through this gateway
-        self._llm_by_resources: dict[tuple[str, str, str], LLM | None] = {}
+        self.attempts = Attempts(store, enforce_resources=enforce_resources)
         self.app = self._create_app()
 
     def _upstream(self) -> aiohttp.ClientSession:
@@ -288,7 +279,7 @@ class Gateway:
         """An error in the wire's format when the attempt is unknown (whatever the body, as on
         chat) or the store cannot say; None when the attempt is known."""
         try:
-            await self._check_rollout(rollout_id, attempt_id)
+            await self.attempts.check(rollout_id, attempt_id)
         except NotFoundError as exc:
             return wire.error_response(404, exc.message)
         except AglError as exc:
@@ -347,14 +338,14 @@ class Gateway:
             except WireError as exc:
                 return _error(exc.status, exc.message)
         try:
-            resources_id = await self._check_rollout(rollout_id, attempt_id)
+            resources_id = await self.attempts.check(rollout_id, attempt_id)
         except NotFoundError as exc:
             return _error(404, exc.message)
         except AglError as exc:
             return _error(503, f"the gateway cannot reach its store: {exc.message}")
         llm = None
         if self.enforce_resources:
-            llm = await self._llm_for(body, resources_id, request.headers.get("host", ""))
+            llm = await self.attempts.llm_for(body, resources_id, request.headers.get("host", ""))
             if llm is not None:
                 body = {**body, **llm.sampling_parameters, "model": llm.model}
         upstream = self.upstream_for(rollout_id)
@@ -363,7 +354,7 @@ class Gateway:
             record.wire, record.wire_request = wire
         # An upstream that names its weight version overrides this (see take_headers).
         record.weight_version = None if llm is None else llm.weight_version
-        forwarded = _ask_for_tokens(body, kind)
+        forwarded = forward.ask_for_tokens(body, kind)
         # A translated call's answer goes to the translation, which takes what it needs.
         asked = forwarded if wire is not None else body
         url = f"{upstream}/{'chat/completions' if kind == 'chat' else 'completions'}"
@@ -391,7 +382,7 @@ class Gateway:
             return self._failed(record, 502, f"upstream {upstream} sent no JSON")
         record.take_response(data)
         self._submit(record)
-        return JSONResponse(_as_asked(data, asked, kind))
+        return JSONResponse(forward.as_asked(data, asked, kind))
 
     def _submit(self, record: CallRecord) -> None:
         """Hand the finished call to the sender, which builds its span off the request path."""
@@ -428,140 +419,5 @@ class Gateway:
             return Response(content, reply.status, media_type="application/json")
         record.take_headers(reply.headers)
 
-        submitted = False
-
-        def submit() -> None:
-            nonlocal submitted
-            if not submitted:
-                submitted = True
-                record.finish_stream()
-                self._submit(record)
-
-        async def relay() -> AsyncIterator[bytes]:
-            done = False
-            try:
-                async for raw in reply.content:
-                    payload = sse_data(raw.decode(errors="replace"))
-                    if payload is None:
-                        continue
-                    if payload == "[DONE]":
-                        # Recorded before the agent sees the end of the stream, so a flush
-                        # after the agent's call returns always finds the span.
-                        done = True
-                        submit()
-                        yield DONE.encode()
-                        continue
-                    try:
-                        chunk = json.loads(payload)
-                    except ValueError:
-                        continue
-                    if record.upstream_ms is None:
-                        record.upstream_ms = (time.perf_counter() - started) * 1000
-                    record.take_chunk(chunk)
-                    visible = _as_asked(chunk, asked, record.kind)
-                    yield sse(visible).encode()
-                done = True
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                record.error = f"upstream stream broke: {exc}"
-            finally:
-                reply.close()
-                if not done and record.error is None:
-                    record.error = "client disconnected before the stream ended"
-                submit()
-
-        return StreamingResponse(relay(), media_type="text/event-stream")
-
-    # --- rollouts and resources -------------------------------------------------------------
-
-    async def _check_rollout(self, rollout_id: str, attempt_id: str) -> str | None:
-        """Make sure the store knows the rollout and attempt; return its resources id."""
-        key = (rollout_id, attempt_id)
-        if key in self._known:
-            return self._known[key]
-        rollout = await self.store.get_rollout(rollout_id)
-        attempts = await self.store.query_attempts(rollout_id)
-        if attempt_id not in {attempt.attempt_id for attempt in attempts}:
-            raise NotFoundError(
-                f"rollout {rollout_id!r} has no attempt {attempt_id!r}",
-                field="attempt_id",
-                value=attempt_id,
-            )
-        resources_id = rollout.resources_id
-        if resources_id is None and self.enforce_resources:
-            latest = await self.store.get_resources()
-            resources_id = None if latest is None else latest.resources_id
-        if len(self._known) > 100_000:
-            self._known.clear()
-        self._known[key] = resources_id
-        return resources_id
-
-    async def _llm_for(
-        self, body: dict[str, Any], resources_id: str | None, host: str
-    ) -> LLM | None:
-        """The rollout's LLM resource this call came through (see :func:`_served_here`)."""
-        if resources_id is None:
-            return None
-        asked = body.get("model")
-        key = (resources_id, host, asked if isinstance(asked, str) else "")
-        if key not in self._llm_by_resources:
-            update = await self.store.get_resources(resources_id)
-            llms = [r for r in (update.resources.values() if update else []) if isinstance(r, LLM)]
-            self._llm_by_resources[key] = _served_here(llms, host, key[2])
-        return self._llm_by_resources[key]
-
-
-def _served_here(llms: list[LLM], host: str, asked: str) -> LLM | None:
-    """The LLM resource an agent called this gateway through: the one whose endpoint names the
-    host and port the call came to (agents call ``llm.endpoint``, so the two agree), and of
-    several such, the one whose model the call asked for. A run may publish several LLMs (a
-    frozen one called directly, or two models behind two gateways); when none names this host,
-    the only LLM there is, else none (nothing is overridden)."""
-    here = [llm for llm in llms if urlsplit(llm.endpoint).netloc == host]
-    if here:
-        return next((llm for llm in here if llm.model == asked), here[0])
-    if len(llms) == 1:
-        return llms[0]
-    if llms:
-        logger.warning(
-            "enforce_resources: none of the run's LLM resources (%s) points at this gateway "
-            "(called as %s); the call's model and sampling parameters are left as sent",
-            ", ".join(llm.endpoint for llm in llms),
-            host,
-        )
-    return None
-
-
-def _ask_for_tokens(body: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The request as sent upstream: with token ids and the sampled tokens' logprobs."""
-    forwarded = {**body, "return_token_ids": True}
-    if kind == "chat" and not body.get("logprobs"):
-        forwarded["logprobs"] = True
-    if kind == "completions" and body.get("logprobs") is None:
-        forwarded["logprobs"] = 0
-    return forwarded
-
-
-def _as_asked(data: dict[str, Any], asked: dict[str, Any], kind: str) -> dict[str, Any]:
-    """Remove from a response (or chunk) what the gateway added and the agent did not ask for."""
-    keep_ids = bool(asked.get("return_token_ids"))
-    keep_logprobs = (
-        bool(asked.get("logprobs")) if kind == "chat" else asked.get("logprobs") is not None
-    )
-    if keep_ids and keep_logprobs:
-        return data
-    out = dict(data)
-    if not keep_ids:
-        out.pop("prompt_token_ids", None)
-    choices = []
-    for original in out.get("choices") or []:
-        choice = dict(original) if isinstance(original, dict) else original
-        if isinstance(choice, dict):
-            if not keep_ids:
-                choice.pop("token_ids", None)
-                choice.pop("prompt_token_ids", None)
-            if not keep_logprobs and "logprobs" in choice:
-                choice["logprobs"] = None
-        choices.append(choice)
-    if "choices" in out:
-        out["choices"] = choices
-    return out
+        relay = forward.relay(reply, record, asked, started, self._submit)
+        return StreamingResponse(relay, media_type="text/event-stream")
