@@ -95,6 +95,10 @@ def vllm_url(model_dir: Path) -> Iterator[str]:
         # On CPU this is the share of memory the engine may reserve; the KV cache is 1 GiB.
         "--gpu-memory-utilization",
         "0.3",
+        # Tools, as agents send them (the tiny model's template writes Hermes-style calls).
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     with log_path.open("wb") as log:
