@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agl.testing.gateway_wires import GatewayWiresConformance
+import agl
+from agl.testing.gateway_wires import WIRES, GatewayWiresConformance, WireRun
 from agl.testing.openai_server import OpenAIServer, echo, last_user_text, text_reply
 
 
@@ -31,3 +32,12 @@ class TestScriptedEngine(GatewayWiresConformance):
             yield
         finally:
             server.script = echo
+
+    @pytest.mark.parametrize("wire", WIRES)
+    async def test_leaving_a_slow_stream_is_recorded_as_a_failed_call(
+        self, run: WireRun, wire: str, slow_answers: None
+    ) -> None:
+        await run.leave_mid_stream(wire)
+        [span] = await run.spans(1)
+        assert span.status.code == agl.StatusCode.ERROR
+        assert "client disconnected" in (span.status.description or "")
