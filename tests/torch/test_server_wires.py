@@ -152,3 +152,15 @@ async def test_the_gateway_records_the_models_own_ids_on_both_wires(
         weights = span.attributes[semconv.AGL_WEIGHT_VERSION]
         assert weights == 0
         assert json.loads(str(span.attributes[semconv.AGL_REQUEST_JSON]))["max_tokens"] == 8
+
+
+def test_an_image_is_refused_by_a_text_model_naming_it(server: PolicyServer) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    content: Any = [{"type": "text", "text": "What is this?"}, image]
+    with (
+        anthropic.Anthropic(base_url=server.base_url, api_key="-", max_retries=0) as claude,
+        pytest.raises(anthropic.BadRequestError, match=r"messages\[0\]\.content\[1\].*'image_url'"),
+    ):
+        claude.messages.create(
+            model="policy", max_tokens=5, messages=[{"role": "user", "content": content}]
+        )

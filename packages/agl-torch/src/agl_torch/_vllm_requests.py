@@ -71,6 +71,16 @@ def read_generation(body: JSON, api: Api, tokenizer: Any) -> GenerationRequest:
 
 
 def _chat_prompt(wire: WireRequest, tokenizer: Any) -> list[int]:
+    for index, message in enumerate(wire.messages or []):
+        parts = message.get("content")
+        for at, part in enumerate(parts if isinstance(parts, list) else []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise WireError(
+                    f"messages[{index}].content[{at}] is a {kind!r} part: this model takes text "
+                    "only (a causal LM served by agl-torch)",
+                    field=f"messages[{index}].content[{at}]",
+                )
     messages = [{**m, "content": content_text(m.get("content"))} for m in wire.messages or []]
     try:
         text = tokenizer.apply_chat_template(
