@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -164,3 +165,13 @@ def test_an_image_is_refused_by_a_text_model_naming_it(server: PolicyServer) -> 
         claude.messages.create(
             model="policy", max_tokens=5, messages=[{"role": "user", "content": content}]
         )
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "completions", "responses", "messages"])
+def test_a_body_nested_thousands_deep_is_a_400(server: PolicyServer, route: str) -> None:
+    deep = ("[" * 5000 + "]" * 5000).encode()
+    reply = httpx.post(
+        f"{server.url}/{route}", content=deep, headers={"content-type": "application/json"}
+    )
+    assert reply.status_code == 400, reply.text
+    assert "nested too deeply" in reply.json()["error"]["message"]

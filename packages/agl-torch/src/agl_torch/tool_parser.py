@@ -69,7 +69,7 @@ def _read_call(body: str) -> ToolCall | None:
     """One call's JSON object, its ``arguments`` kept as text; ``None`` if malformed."""
     try:
         call = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not (
         isinstance(call, dict)

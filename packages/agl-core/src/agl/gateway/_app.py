@@ -378,7 +378,7 @@ class Gateway:
             return Response(content, status, media_type="application/json")
         try:
             data = json.loads(content)
-        except ValueError:
+        except (ValueError, RecursionError):
             return self._failed(record, 502, f"upstream {upstream} sent no JSON")
         record.take_response(data)
         self._submit(record)

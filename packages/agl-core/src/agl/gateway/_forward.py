@@ -52,7 +52,7 @@ async def relay(
                 continue
             try:
                 chunk = json.loads(payload)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if record.upstream_ms is None:
                 record.upstream_ms = (time.perf_counter() - started) * 1000

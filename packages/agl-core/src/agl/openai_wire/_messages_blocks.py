@@ -286,7 +286,7 @@ def tool_use_block(call_id: str, name: str, arguments: str) -> JSON | None:
     """A ``tool_use`` block; None when the arguments are not a JSON object."""
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict):
         return None

@@ -115,6 +115,11 @@ def read_json(raw: bytes) -> JSON:
         body = json.loads(raw)
     except ValueError as exc:
         raise WireError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise WireError(
+            "the request body is nested too deeply to read (arrays or objects inside each "
+            "other thousands of levels down)"
+        ) from None
     if not isinstance(body, dict):
         raise WireError("the request body must be a JSON object")
     return body

@@ -306,7 +306,7 @@ async def serve_wire(
         )
     try:
         data = json.loads(bytes(reply.body))
-    except ValueError:
+    except (ValueError, RecursionError):
         return wire.error_response(502, "the engine's answer is not JSON")
     return WireJSONResponse(wire.answer(data, body), headers=_passed_headers(reply))
 
@@ -337,7 +337,7 @@ async def _translated(stream: WireStream, reply: StreamingResponse) -> AsyncIter
                         continue
                     try:
                         chunk = json.loads(payload)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         continue
                     if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
                         error = chunk["error"] if isinstance(chunk["error"], dict) else {}

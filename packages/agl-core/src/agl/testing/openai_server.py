@@ -80,6 +80,7 @@ from agl.openai_wire import (
     head,
     model_list,
     new_id,
+    read_json,
     read_request,
     serve_wire,
 )
@@ -205,19 +206,23 @@ class _State:
         raw = await request.body()
         try:
             body = json.loads(raw) if raw else None
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         entry = RecordedRequest(request.method, request.url.path, body, dict(request.headers))
         with self.lock:
             self.log.append(entry)
         if request.method == "POST" and not isinstance(body, dict):
-            raise WireError("the request body must be a JSON object")
+            return read_json(raw)  # raises the error that says what is wrong with it
         return body
 
     async def ask(self, body: dict[str, Any], choices: int) -> list[Reply]:
         """Run the script; wait its delay; raise its error, if it chose one."""
         try:
-            result = self.script(copy.deepcopy(body))
+            asked = copy.deepcopy(body)
+        except RecursionError:
+            raise WireError("the request body is nested too deeply to read") from None
+        try:
+            result = self.script(asked)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
