@@ -378,3 +378,15 @@ async def test_a_body_over_the_limit_is_413_announced_or_streamed(
         )
         spans = await calls(gateway, store, rollout_id)
     assert [s.attributes[semconv.GEN_AI_RESPONSE_ID] for s in spans] == [ok.id]
+
+
+async def test_models_of_an_unknown_attempt_is_a_404(
+    gateway: GatewayServer, store: MemoryStore
+) -> None:
+    [(rollout_id, attempt_id)] = await claim(store)
+    known = client(gateway, rollout_id, attempt_id).models.list()
+    assert [model.id for model in known.data] == ["agl-test-model"]
+    with pytest.raises(openai.NotFoundError, match="no attempt"):
+        client(gateway, rollout_id, "nope").models.list()
+    with pytest.raises(openai.NotFoundError):
+        client(gateway, "ro-nope", attempt_id).models.list()

@@ -180,6 +180,12 @@ class Gateway:
 
         @app.get(_PREFIX + "/models", responses=openapi.ERRORS)
         async def models(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            try:  # an unknown attempt is not found here, as on every other route of it
+                await self.attempts.check(rollout_id, attempt_id)
+            except NotFoundError as exc:
+                return _error(404, exc.message)
+            except AglError as exc:
+                return _error(503, f"the gateway cannot reach its store: {exc.message}")
             upstream = self.upstream_for(rollout_id)
             try:
                 async with self._upstream().get(
