@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +24,7 @@ from agl import RolloutConfig, RolloutRequest, RolloutStatus, semconv
 from agl._results import fetch_results
 from agl.lightning import TransitionBuilder, extract_calls
 from agl.store._http import starting_at as spread
-from agl.testing.openai_server import OpenAIServer
+from agl.testing.openai_server import OpenAIServer, echo, encode, render_chat, tool_reply
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
 from agl.testing.processes import Processes, calling_agent, runner_summary, write_agent
@@ -72,6 +74,79 @@ async def test_a_remote_gateway_sends_a_lone_call_to_the_store_unflushed(
 
         # The gateway's sender delay is 100 ms; before the fix the span came only at shutdown.
         await processes.until(recorded, "the gateway's span in the store", 10)
+
+
+async def test_agl_gateway_serve_records_every_wire_token_exact(
+    tmp_path: Path, processes: Processes, model: OpenAIServer
+) -> None:
+    """The Responses and Messages APIs, plain and streamed with tools, by their own SDKs,
+    through ``agl gateway serve`` (with a token, as deployed) to the vLLM-format engine."""
+    import anthropic
+    import openai
+
+    store_url, gateway_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    await processes.store_server(
+        "store", db=f"sqlite:///{tmp_path / 'agl.db'}", port=int(store_url.rsplit(":", 1)[1])
+    )
+    await processes.gateway_server(
+        "gateway",
+        upstreams=[model.url],
+        store=store_url,
+        port=int(gateway_url.rsplit(":", 1)[1]),
+        env={"AGL_GATEWAY_TOKEN": TOKEN},
+    )
+    model.script = lambda request: (
+        tool_reply("get_weather", {"city": "Paris"})
+        if request.get("tools") and request["messages"][-1]["role"] != "tool"
+        else "sunny"
+    )
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    schema: Any = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    try:
+        async with agl.open_store(store_url) as store:
+            await store.enqueue_rollouts([RolloutRequest(input=1)])
+            [claim] = await store.dequeue_rollouts()
+            ids = claim.rollout.rollout_id, claim.attempt.attempt_id
+            url = f"{gateway_url}/rollout/{ids[0]}/attempt/{ids[1]}/v1"
+            async with openai.AsyncOpenAI(base_url=url, api_key=TOKEN, max_retries=0) as gpt:
+                called = await gpt.responses.create(model="m", input="Weather?", tools=tools)
+                assert called.output[0].type == "function_call"
+                events = [e async for e in await gpt.responses.create(
+                    model="m", input="Hi", stream=True
+                )]  # fmt: skip
+                assert events[-1].type == "response.completed"
+            base = url.removesuffix("/v1")
+            async with anthropic.AsyncAnthropic(base_url=base, api_key=TOKEN, max_retries=0) as ant:
+                ask: Any = {"model": "m", "max_tokens": 200, "tools": schema}
+                message = await ant.messages.create(
+                    **ask, messages=[{"role": "user", "content": "Weather?"}]
+                )
+                assert message.stop_reason == "tool_use"
+                async with ant.messages.stream(
+                    **ask, messages=[{"role": "user", "content": "Hi"}]
+                ) as stream:
+                    final = await stream.get_final_message()
+                assert final.stop_reason == "tool_use"
+
+            async def all_recorded() -> bool:
+                spans = await store.query_spans(ids[0])
+                return sum(s.attributes.get(semconv.AGL_SPAN_TYPE) == "gateway" for s in spans) == 4
+
+            await processes.until(all_recorded, "the four calls in the store", 20)
+            spans = [
+                s
+                for s in await store.query_spans(ids[0])
+                if s.attributes.get(semconv.AGL_SPAN_TYPE) == "gateway"
+            ]
+    finally:
+        model.script = echo
+    wires = sorted(str(s.attributes[semconv.AGL_WIRE]) for s in spans)
+    assert wires == ["messages", "messages", "responses", "responses"]
+    for span in spans:
+        chat = json.loads(str(span.attributes[semconv.AGL_REQUEST_JSON]))
+        prompt = encode(render_chat(chat["messages"], chat.get("tools")))
+        assert span.attributes[semconv.AGL_PROMPT_TOKEN_IDS] == prompt
+        assert span.attributes[semconv.AGL_RESPONSE_TOKEN_IDS]
 
 
 async def test_every_finished_rollout_has_its_calls_token_ids_with_a_remote_gateway(
