@@ -455,6 +455,17 @@ def test_list_and_show_through_an_http_store_server(http_store: Filled) -> None:
     assert "Traceback" not in result.output
 
 
+def test_several_store_servers_in_one_url_as_every_client_takes_them(http_store: Filled) -> None:
+    # The trainer's own hint names every server: a dead one first, then the live one.
+    url = f"http://127.0.0.1:{free_port()},{http_store.url}"
+    result = invoke("rollouts", "list", "--store", url)
+    assert result.exit_code == 0, result.output
+    assert list(rows_of(result.stdout)) == ["ro-math", "ro-val", "ro-waiting"]
+    result = invoke("rollouts", "list", "--store", f"{http_store.url},http://127.0.0.1:99999")
+    assert result.exit_code == 1
+    assert "Port out of range" in result.stderr
+
+
 def test_the_store_comes_from_agl_store_env(sqlite_store: Filled) -> None:
     result = invoke("rollouts", "list", "--json", env={"AGL_STORE": sqlite_store.url})
     assert result.exit_code == 0, result.output

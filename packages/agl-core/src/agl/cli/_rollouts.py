@@ -40,12 +40,18 @@ def _read_store(url: str, read: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def _check_store_url(url: str) -> None:
-    """Refuse a URL with a bad port, or naming no SQLite file (opening would create one)."""
+    """Refuse a URL with a bad port, or naming no SQLite file (opening would create one).
+
+    Several store servers may be named, comma-separated (``http://a:4747,http://b:4747``), as
+    every client of them takes them: each is checked."""
+    for one in url.split(",") if url.lower().startswith("http") else [url]:
+        try:
+            urlsplit(one.strip()).port  # noqa: B018 - parsing the port is the check
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"store URL {one.strip()!r}: {exc}", field="store", value=url
+            ) from None
     parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError as exc:
-        raise InvalidInputError(f"store URL {url!r}: {exc}", field="store", value=url) from None
     path = parts.path[1:]
     if parts.scheme.lower() == "sqlite" and path and not Path(path).is_file():
         raise NotFoundError(
