@@ -359,3 +359,11 @@ def test_runner_processes_without_the_server_extra_name_what_to_install(
     assert "n_runners=8 serves the store to the runner processes over HTTP" in message
     assert "fastapi not installed" in message
     assert "pip install 'agl-core[server]'" in message
+
+
+def test_the_trainer_and_the_store_have_one_unresponsive_default() -> None:
+    from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS
+    from agl._trainer import DEFAULT_ROLLOUT_CONFIG
+
+    assert DEFAULT_ROLLOUT_CONFIG.unresponsive_seconds == agl.RolloutConfig().unresponsive_seconds
+    assert DEFAULT_UNRESPONSIVE_SECONDS == 300.0  # the README's "5 minutes unless you set it"

@@ -44,7 +44,7 @@ from agl._datasets import DatasetSource, load_tasks
 from agl._errors import AglError, InvalidInputError
 from agl._resources import Resource
 from agl._results import RolloutResult
-from agl._rollouts import AttemptStatus, RolloutConfig, RolloutMode
+from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS, AttemptStatus, RolloutConfig, RolloutMode
 from agl._run_console import ProgressBars, dev_table, print_summary
 from agl._runner_pool import RunnerPool
 from agl.gateway._pool import GatewayPool
@@ -57,13 +57,15 @@ __all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROLLOUT_CONFIG = RolloutConfig(
-    unresponsive_seconds=60.0,
+    unresponsive_seconds=DEFAULT_UNRESPONSIVE_SECONDS,
     max_attempts=3,
     retry_on=frozenset({AttemptStatus.UNRESPONSIVE}),
 )
-"""Rollouts of a training run: a runner silent for a minute (a crash, a lost machine) has its
-rollout retried, up to 3 tries; an agent that fails or times out is not retried (it would most
-likely fail again, and the failure is itself a result)."""
+"""Rollouts of a training run: a runner silent for the store's usual 5 minutes (a crash, a lost
+machine) has its rollout retried, up to 3 tries; an agent that fails or times out is not retried
+(it would most likely fail again, and the failure is itself a result). One default for the store
+and the trainer, the one the README gives: a slow agent is never taken for a dead runner sooner
+in training than anywhere else."""
 
 
 @dataclass
