@@ -30,7 +30,8 @@ not reported.
 Stopping (SIGINT/SIGTERM, or :meth:`Runner.stop`): the runner stops claiming, lets running
 attempts finish for up to ``drain_timeout`` seconds, then cancels the rest and reports them
 ``released``, which puts their rollouts back in the queue for another runner without using up
-a try. A second signal skips the drain.
+a try. Claims it holds but has not started (a claim answered while it was stopping) are
+released without running the agent. A second signal skips the drain.
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class Runner:
         self._owns_tracer = tracer is None
         self._running: dict[asyncio.Task[None], Claim] = {}
         self._released: set[asyncio.Task[None]] = set()
+        self._started: set[asyncio.Task[None]] = set()  # claims whose attempt began to run
         self._stale: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Event | None = None
         self._drain = True
@@ -300,6 +302,7 @@ class Runner:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+        self._started.discard(task)
         if not task.cancelled() and task.exception() is not None:  # a bug in the runner itself
             logger.error("agl runner task failed", exc_info=task.exception())
 
@@ -332,11 +335,25 @@ class Runner:
     def _release(self, task: asyncio.Task[None]) -> None:
         if task not in self._released:
             self._released.add(task)
-            task.cancel()
+            # A task cancelled before its first step never runs a line of its coroutine, so it
+            # could not report the release: one not started yet reports it when it starts.
+            if task in self._started:
+                task.cancel()
 
     # --- one attempt ------------------------------------------------------------------------
 
     async def _run_attempt(self, claim: Claim) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if task in self._released:  # the runner stopped before this claim's turn came
+            await self._conclude(
+                claim.rollout.rollout_id,
+                claim.attempt.attempt_id,
+                status=AttemptStatus.RELEASED,
+                reason="the runner stopped before the attempt started",
+            )
+            return
+        self._started.add(task)
         if not self._observed:
             await self._attempt(claim)
             return

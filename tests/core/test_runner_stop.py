@@ -1,0 +1,180 @@
+"""Stopping a runner strands nothing: every claim it will not run goes back to the queue.
+
+A graceful stop (SIGINT/SIGTERM, :meth:`agl.Runner.stop`) stops claiming, lets running
+attempts finish within the drain, and releases every other claim it holds, the ones it never
+started included: a released attempt does not use up a try, so another runner runs the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agl
+from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Runner
+from agl.store._memory import MemoryStore
+from agl.store._serve import StoreServer
+from agl.testing.processes import Processes, runner_summary, write_agent
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class StopsWhileClaiming(MemoryStore):
+    """A store whose dequeue answers after the runner was told to stop (a signal arriving
+    while the claim was on its way)."""
+
+    runner: Runner | None = None
+
+    async def dequeue_rollouts(
+        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+    ) -> list[agl.Claim]:
+        claims = await super().dequeue_rollouts(limit, worker_id, wait)
+        if claims and self.runner is not None:
+            self.runner.stop()
+            await asyncio.sleep(0.05)  # the stop request reaches the runner's loop
+        return claims
+
+
+async def test_claims_answered_after_a_stop_are_released_not_stranded() -> None:
+    store = StopsWhileClaiming()
+    started: list[int] = []
+
+    @agl.rollout
+    async def agent(task: int) -> float:
+        started.append(task)
+        return 1.0
+
+    rollouts = await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(5)])
+    the_runner = Runner(agent, store, concurrency=5, handle_signals=False, poll_wait=0.2)
+    store.runner = the_runner
+    stats = await asyncio.wait_for(the_runner.run(), 10)
+    assert started == []
+    assert (stats.claimed, stats.released, stats.succeeded) == (5, 5, 0)
+    for rollout in rollouts:
+        [attempt] = await store.query_attempts(rollout.rollout_id)
+        assert attempt.status == AttemptStatus.RELEASED, attempt
+        assert attempt.reason == "the runner stopped before the attempt started"
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.REQUEUING
+
+
+async def test_a_stop_without_drain_releases_claims_not_yet_started() -> None:
+    store = MemoryStore()
+
+    @agl.rollout
+    async def agent(task: int) -> float:
+        await asyncio.sleep(30)
+        return 1.0
+
+    rollouts = await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(4)])
+    the_runner = Runner(agent, store, concurrency=4, handle_signals=False, poll_wait=0.2)
+
+    original = store.dequeue_rollouts
+
+    async def dequeue(limit: int = 1, worker_id: str | None = None, wait: float = 0.0) -> Any:
+        claims = await original(limit, worker_id, wait)
+        if claims:
+            the_runner.stop(drain=False)
+            await asyncio.sleep(0.05)  # the stop request reaches the runner's loop
+        return claims
+
+    store.dequeue_rollouts = dequeue  # type: ignore[method-assign]
+    stats = await asyncio.wait_for(the_runner.run(), 10)
+    assert (stats.claimed, stats.released) == (4, 4)
+    for rollout in rollouts:
+        [attempt] = await store.query_attempts(rollout.rollout_id)
+        assert attempt.status == AttemptStatus.RELEASED, attempt
+
+
+# --- `agl runner` processes, SIGTERM mid-run --------------------------------------------------
+
+SHORT_AGENT = """
+    import asyncio
+    from pathlib import Path
+
+    import agl
+
+
+    @agl.rollout
+    async def agent(task, attempt):
+        (Path(__file__).parent / f"ran-{attempt.attempt_id}").touch()
+        await asyncio.sleep(0.2)
+        return 1.0
+"""
+
+
+def attempts_that_ran(directory: Path) -> set[str]:
+    """The attempts whose agent started (SHORT_AGENT leaves a file for each)."""
+    return {path.name.removeprefix("ran-") for path in directory.glob("ran-*")}
+
+
+@pytest.fixture
+def children(tmp_path: Path) -> Iterator[Processes]:
+    with Processes(tmp_path) as started:
+        yield started
+
+
+async def test_sigterm_mid_run_strands_no_claim_and_fails_no_rollout(
+    tmp_path: Path, children: Processes
+) -> None:
+    """The issue-48 repro: one runner (concurrency 16) over a full queue of 0.2 s rollouts,
+    SIGTERM while it claims, three rounds; then another runner runs what they released."""
+    agent = write_agent(tmp_path, "short_agent", SHORT_AGENT)
+    with StoreServer(f"sqlite:///{tmp_path / 'agl.db'}") as server:
+        async with agl.open_store(server.url) as store:
+            requests = [RolloutRequest(input=i, config=RolloutConfig()) for i in range(200)]
+            ids = [rollout.rollout_id for rollout in await store.enqueue_rollouts(requests)]
+
+            async def succeeded() -> int:
+                page = await store.query_rollouts(status=RolloutStatus.SUCCEEDED, limit=1)
+                return page.total
+
+            released = 0
+            for round_ in range(3):
+                before = await succeeded()
+                runner = children.runner(
+                    f"runner-{round_}", server.url, agent, "--concurrency", "16"
+                )
+
+                async def ran_a_while(before: int = before) -> bool:
+                    return await succeeded() >= before + 24
+
+                await children.until(ran_a_while, "the runner to run some rollouts", 60, runner)
+                runner.process.send_signal(signal.SIGTERM)
+                assert runner.exit_code(60) == 0, runner.log()
+                counts = runner_summary(runner)
+                assert (counts["failed"], counts["timed_out"], counts["abandoned"]) == (0, 0, 0)
+                released += counts["released"]
+                # Nothing it claimed is left preparing or running: each ran or was released.
+                for status in (RolloutStatus.PREPARING, RolloutStatus.RUNNING):
+                    page = await store.query_rollouts(status=status, limit=1)
+                    assert page.total == 0, (status, page.rollouts, runner.log())
+
+            last = children.runner("runner-last", server.url, agent, "--concurrency", "16")
+
+            async def all_succeeded() -> bool:
+                return await succeeded() == len(ids)
+
+            await children.until(all_succeeded, "every rollout to succeed", 120, last)
+            last.process.send_signal(signal.SIGTERM)
+            assert last.exit_code(60) == 0, last.log()
+
+            ran = attempts_that_ran(tmp_path)
+            total_released = 0
+            for rollout_id in ids:
+                attempts = await store.query_attempts(rollout_id)
+                *earlier, final = attempts
+                assert final.status == AttemptStatus.SUCCEEDED, attempts
+                assert final.attempt_id in ran
+                assert all(a.status == AttemptStatus.RELEASED for a in earlier), attempts
+                total_released += len(earlier)
+            assert total_released == released
