@@ -1,17 +1,29 @@
-"""A runner's heartbeats: one beat per running attempt each interval, refusals cancel the agent.
+"""A runner's heartbeats: one beat per running attempt each interval, from a thread of their own.
+
+The beats do not wait for the runner's event loop: an agent that blocks it (``time.sleep``, a
+synchronous client built or called inside an ``async def``, CPU-bound work) would otherwise stop
+them, and the store would end its attempts as unresponsive while the process is alive and
+working. So the beats go out from a daemon thread with an event loop of its own, which uses the
+store the way the span sender does (every built-in store serves several event loops: the
+memory and SQLite stores under their own locks, the HTTP client with a connection pool per
+loop). An attempt is beaten for from when the runner claims it (:meth:`Heartbeats.add`) until
+its task ends (:meth:`Heartbeats.discard`).
 
 The interval is ``heartbeat_interval`` when given, else a third of the shortest
 ``unresponsive_seconds`` among the running rollouts, and at most 10 s. It is recomputed when a
 claim starts, so a rollout with a short limit claimed by an idle runner gets its first beat
 within a third of its limit, not the idle 10 s. A beat the store refuses (it already ended the
-attempt: timed out, found unresponsive, cancelled) marks the attempt stale and cancels its agent.
+attempt: timed out, found unresponsive, cancelled) marks the attempt stale and cancels its
+agent, on the runner's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable
 
 from agl._errors import ConflictError, StoreUnavailableError
 from agl._rollouts import Claim
@@ -25,36 +37,67 @@ logger = logging.getLogger("agl._runner")
 IDLE_INTERVAL = 10.0
 """Seconds between beats when no running rollout asks for less."""
 
+_STOP_SECONDS = 5.0
+"""Longest wait for the heartbeat thread to end once told to stop (an in-flight beat is
+cancelled, so it ends at once unless the store's client holds the thread)."""
+
 
 class Heartbeats:
-    """Beats for the attempts in ``running`` (a runner's task -> claim map, read each beat).
+    """Beats for a runner's running attempts, sent from a thread of their own.
 
     Args:
-        store: Where the beats go.
-        running: The running attempts, by the task running each.
+        store: Where the beats go (used from the heartbeat thread's own event loop).
         interval: Fixed seconds between beats; None to derive it from the rollouts' limits.
-        stats: Counts the beats the store could not be reached for.
-        on_stale: Called with the task of an attempt the store refused a beat for.
+        stats: Counts the beats the store could not be reached for (on the runner's loop).
+        on_stale: Called on the runner's loop with the task of an attempt the store refused a
+            beat for.
     """
 
     def __init__(
         self,
         store: Store,
-        running: Mapping[asyncio.Task[None], Claim],
         interval: float | None,
         stats: RunnerStats,
         on_stale: Callable[[asyncio.Task[None]], None],
     ) -> None:
         self._store = store
-        self._running = running
         self._fixed = interval
         self._stats = stats
         self._on_stale = on_stale
-        self._claimed = asyncio.Event()
+        self._lock = threading.Lock()
+        self._running: dict[asyncio.Task[None], Claim] = {}
+        self._owner: asyncio.AbstractEventLoop | None = None  # the runner's loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # the heartbeat thread's
+        self._wake = asyncio.Event()  # touched on the heartbeat loop only
+        self._stopping = False  # likewise
+        self._beating: asyncio.Future[None] | None = None  # likewise
+        self._thread: threading.Thread | None = None
 
-    def claimed(self) -> None:
-        """A claim started: its limit may shorten the interval."""
-        self._claimed.set()
+    # --- the runner's side (any thread) -----------------------------------------------------
+
+    def start(self) -> None:
+        """Start beating; call it on the runner's event loop."""
+        self._owner = asyncio.get_running_loop()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="agl-heartbeats", daemon=True)
+        self._thread.start()
+
+    def add(self, task: asyncio.Task[None], claim: Claim) -> None:
+        """Beat for ``claim`` (run by ``task``) until :meth:`discard`; its limit may shorten
+        the interval."""
+        with self._lock:
+            self._running[task] = claim
+        self._poke(self._wake.set)
+
+    def discard(self, task: asyncio.Task[None]) -> None:
+        """Stop beating for the attempt ``task`` ran."""
+        with self._lock:
+            self._running.pop(task, None)
+
+    def attempts(self) -> dict[asyncio.Task[None], Claim]:
+        """The attempts beaten for now, by the task running each."""
+        with self._lock:
+            return dict(self._running)
 
     def interval(self) -> float:
         """Seconds until the next beat is due, after the last one ended."""
@@ -62,32 +105,69 @@ class Heartbeats:
             return self._fixed
         limits = [
             claim.rollout.config.unresponsive_seconds
-            for claim in self._running.values()
+            for claim in self.attempts().values()
             if claim.rollout.config.unresponsive_seconds is not None
         ]
         return min([IDLE_INTERVAL, *(limit / 3 for limit in limits)])
 
-    async def run(self) -> None:
-        """Beat until cancelled."""
+    def close(self) -> None:
+        """Stop beating and end the thread (an in-flight beat is cancelled). Blocks briefly."""
+        self._poke(self._stop)
+        if self._thread is not None:
+            self._thread.join(_STOP_SECONDS)
+            if self._thread.is_alive():
+                logger.warning("the heartbeat thread did not end within %.0f s", _STOP_SECONDS)
+
+    def _poke(self, callback: Callable[[], object]) -> None:
+        if self._loop is None:
+            return  # not started: the thread reads the attempts when it starts
+        with contextlib.suppress(RuntimeError):  # the heartbeat loop has closed
+            self._loop.call_soon_threadsafe(callback)
+
+    # --- the heartbeat thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            loop.run_until_complete(self._beat_until_stopped())
+        finally:
+            release = getattr(self._store, "release_loop", None)  # a ClosingStore's
+            if release is not None:
+                with contextlib.suppress(Exception):  # the store may be closed already
+                    loop.run_until_complete(release())
+            loop.close()
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._beating is not None:
+            self._beating.cancel()
+
+    async def _beat_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
-        while True:
-            self._claimed.clear()
+        while not self._stopping:
+            self._wake.clear()
             wait = last + self.interval() - loop.time()
             if wait > 0:
-                try:
-                    await asyncio.wait_for(self._claimed.wait(), wait)
-                except TimeoutError:
-                    pass
-                else:
-                    continue  # a new claim: recompute when the next beat is due
-            await self._beat()
+                # woken early: a new claim (recompute when the next beat is due), or a stop
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                continue
+            self._beating = asyncio.ensure_future(self._beat())
+            try:
+                await self._beating
+            except asyncio.CancelledError:
+                return  # stopped mid-beat
+            finally:
+                self._beating = None
             # The next beat is due an interval after this one ended, not after it started: a
             # beat held up by an unreachable store is not followed by another at once.
             last = loop.time()
 
     async def _beat(self) -> None:
-        running = [(task, claim) for task, claim in self._running.items() if not task.done()]
+        running = list(self.attempts().items())
         results = await asyncio.gather(
             *(
                 self._store.update_attempt(c.rollout.rollout_id, c.attempt.attempt_id)
@@ -104,8 +184,23 @@ class Heartbeats:
                     claim.rollout.rollout_id,
                     result,
                 )
-                self._on_stale(task)
+                self.discard(task)
+                self._to_runner(self._stale, task)
             elif isinstance(result, StoreUnavailableError):
-                self._stats.store_errors += 1
+                self._to_runner(self._count_store_error)
             elif isinstance(result, Exception):
                 logger.warning("heartbeat for %s failed: %s", claim.attempt.attempt_id, result)
+
+    def _to_runner(self, callback: Callable[..., None], *args: object) -> None:
+        assert self._owner is not None
+        with contextlib.suppress(RuntimeError):  # the runner's loop has closed
+            self._owner.call_soon_threadsafe(callback, *args)
+
+    # --- back on the runner's loop ----------------------------------------------------------
+
+    def _stale(self, task: asyncio.Task[None]) -> None:
+        if not task.done():
+            self._on_stale(task)
+
+    def _count_store_error(self) -> None:
+        self._stats.store_errors += 1

@@ -23,9 +23,12 @@ Failures never take the runner down; each becomes a final attempt status with a 
 ``failed`` (the agent raised, could not be called as written, or returned something that is
 not a reward), ``timeout`` (the rollout's ``timeout_seconds`` passed: the agent is cancelled).
 Retries are the store's business (``RolloutConfig.max_attempts`` / ``retry_on``). Heartbeats
-go out for every running attempt; when one is refused because the store already ended the
-attempt (timed out, found unresponsive, cancelled), the agent is cancelled and its result is
-not reported.
+go out for every running attempt, from a thread of their own: an agent that blocks the event
+loop is slow, not dead (:mod:`agl._heartbeats`). When a beat is refused because the store already
+ended the attempt (timed out, found unresponsive, cancelled), the agent is cancelled and its
+result is not reported. An agent that holds the loop longer than
+:data:`~agl._loop_watch.BLOCKED_LOOP_SECONDS` (1 s) gets one warning naming it, its rollouts,
+the line it blocked at and for how long (:mod:`agl._loop_watch`).
 
 Stopping (SIGINT/SIGTERM, or :meth:`Runner.stop`): the runner stops claiming, lets running
 attempts finish for up to ``drain_timeout`` seconds, then cancels the rest and reports them
@@ -53,6 +56,7 @@ from typing import Any, TypeVar
 from agl._agent import AttemptInputs, LitAgent, as_agent, normalize_result
 from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
 from agl._heartbeats import Heartbeats
+from agl._loop_watch import LoopWatch
 from agl._resources import ResourcesUpdate
 from agl._rollouts import AttemptStatus, Claim
 from agl._runner_resources import RunnerResources
@@ -225,16 +229,17 @@ class Runner:
             instrumentation.instrument()
         signals = self._install_signals()
         self._heartbeats = Heartbeats(
-            self.store, self._running, self.heartbeat_interval, self.stats, self._abandon
+            self.store, self.heartbeat_interval, self.stats, self._abandon
         )
-        heartbeats = asyncio.create_task(self._heartbeats.run(), name="agl-heartbeats")
+        self._heartbeats.start()
+        watch = LoopWatch(self.agent.name, self._heartbeats.attempts)
+        watch.start()
         try:
             await self._claim_loop()
             await self._wind_down()
         finally:
-            heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeats
+            watch.close()
+            await asyncio.to_thread(self._heartbeats.close)
             for sig in signals:
                 self._loop.remove_signal_handler(sig)
             # Threads of sync agents that were timed out may still run: do not wait for them.
@@ -287,7 +292,7 @@ class Runner:
                     self._run_attempt(claim), name=f"agl-rollout-{claim.rollout.rollout_id}"
                 )
                 self._running[task] = claim
-                self._heartbeats.claimed()
+                self._heartbeats.add(task, claim)
                 task.add_done_callback(self._finished)
                 if self._stopping.is_set():
                     self._release(task)
@@ -302,6 +307,7 @@ class Runner:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+        self._heartbeats.discard(task)
         self._started.discard(task)
         if not task.cancelled() and task.exception() is not None:  # a bug in the runner itself
             logger.error("agl runner task failed", exc_info=task.exception())
