@@ -10,6 +10,7 @@ class TestLangChainAdapter(AdapterConformance):
     plugin = "langchain"
     instrumentor = "LangChainInstrumentor"
     framework_modules = ("langchain_core", "langgraph")
+    helpers = ("chat_model", "close_chat_models")
     patched = (
         ("langchain_core.callbacks:BaseCallbackManager", "__init__"),  # openinference's
         ("langchain_openai.chat_models.base:BaseChatOpenAI", "_convert_chunk_to_generation_chunk"),

@@ -53,6 +53,9 @@ class AdapterConformance:
     patched: ClassVar[tuple[tuple[str, str], ...]] = ()
     """``("module:Owner", attribute)`` for every attribute instrumenting replaces (``"module"``
     alone for a module's own attribute)."""
+    helpers: ClassVar[tuple[str, ...]] = ()
+    """Other names the package exports beside the instrumentor and the script API
+    (``agl_langchain.chat_model``)."""
     exclusive: ClassVar[bool] = True
     """Whether one tracer at a time can instrument the framework (openinference's are one per
     process)."""
@@ -88,7 +91,8 @@ class AdapterConformance:
 
     def test_the_public_surface(self) -> None:
         module = self._module()
-        assert module.__all__ == [self.instrumentor, "instrument", "uninstrument"]
+        expected = sorted([self.instrumentor, "instrument", "uninstrument", *self.helpers])
+        assert module.__all__ == expected
         assert getattr(module, self.instrumentor) is self._class()
         with pytest.raises(AttributeError, match="no attribute 'nope'"):
             module.nope  # noqa: B018
