@@ -236,8 +236,9 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
     url = f"http://127.0.0.1:{port}"
     count = 40
     # A claim whose response died with the server would sit in 'preparing' forever: the
-    # unresponsive limit hands it out again. An attempt may also miss its heartbeats while the
-    # server is away; either way the rollout is retried, and must still succeed only once.
+    # unresponsive limit hands it out again (released: it never started, so it uses up no try).
+    # An attempt may also miss its heartbeats while the server is away (unresponsive); either
+    # way the rollout is retried, and must still succeed only once.
     config = RolloutConfig(
         unresponsive_seconds=5, max_attempts=3, retry_on={AttemptStatus.UNRESPONSIVE}
     )
@@ -301,7 +302,7 @@ async def test_store_server_restarted_mid_run_loses_and_repeats_nothing(
             assert statuses.count(AttemptStatus.SUCCEEDED) == 1, (rollout_id, attempts)
             # Anything before the success was given up on by the store, never failed.
             assert statuses[-1] == AttemptStatus.SUCCEEDED
-            assert set(statuses[:-1]) <= {AttemptStatus.UNRESPONSIVE}
+            assert set(statuses[:-1]) <= {AttemptStatus.UNRESPONSIVE, AttemptStatus.RELEASED}
             assert rollout.num_attempts == len(attempts)
             assert rollout.latest_attempt_id == attempts[-1].attempt_id
             worker = attempts[-1].worker_id

@@ -104,13 +104,26 @@ async def test_by_default_a_claim_nobody_beats_for_is_given_up_on(
     )
     url = url if url != "sqlite" else f"sqlite:///{tmp_path / 'agl.db'}"
     async with agl.open_store(url) as store:
-        [rollout] = await store.enqueue_rollouts([RolloutRequest(input={"task": 1})])
-        [claim] = await store.dequeue_rollouts(1, worker_id="sigkilled")
+        [rollout, orphan] = await store.enqueue_rollouts(
+            [RolloutRequest(input={"task": 1}), RolloutRequest(input={"task": 2})]
+        )
+        [claim, orphaned] = await store.dequeue_rollouts(2, worker_id="sigkilled")
+        await store.update_attempt(rollout.rollout_id, claim.attempt.attempt_id, status="running")
         clock.offset = 290.0
-        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.PREPARING
+        assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.RUNNING
+        assert (await store.get_rollout(orphan.rollout_id)).status == RolloutStatus.PREPARING
         clock.offset = 310.0
         [attempt] = await store.query_attempts(rollout.rollout_id)
         assert attempt.attempt_id == claim.attempt.attempt_id
         assert attempt.status == AttemptStatus.UNRESPONSIVE
         assert attempt.reason == "no heartbeat for unresponsive_seconds=300"
         assert (await store.get_rollout(rollout.rollout_id)).status == RolloutStatus.FAILED
+        # A claim the store never heard of again never started: back in the queue, not counted.
+        [attempt] = await store.query_attempts(orphan.rollout_id)
+        assert attempt.attempt_id == orphaned.attempt.attempt_id
+        assert attempt.status == AttemptStatus.RELEASED
+        assert attempt.reason == (
+            "never started: no word from sigkilled within unresponsive_seconds=300 of the "
+            "claim; back in the queue without using up a try"
+        )
+        assert (await store.get_rollout(orphan.rollout_id)).status == RolloutStatus.REQUEUING

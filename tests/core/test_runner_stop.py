@@ -8,7 +8,11 @@ started included: a released attempt does not use up a try, so another runner ru
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,13 @@ import agl
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Runner
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer
-from agl.testing.processes import Processes, runner_summary, write_agent
+from agl.testing.processes import (
+    Processes,
+    child_env,
+    runner_summary,
+    wait_until,
+    write_agent,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -178,3 +188,77 @@ async def test_sigterm_mid_run_strands_no_claim_and_fails_no_rollout(
                 assert all(a.status == AttemptStatus.RELEASED for a in earlier), attempts
                 total_released += len(earlier)
             assert total_released == released
+
+
+# --- a Trainer's runner processes, Ctrl-C -----------------------------------------------------
+
+TRAIN_SCRIPT = """
+    import sys
+
+    import agl
+    from short_agent import agent
+
+    if __name__ == "__main__":
+        trainer = agl.Trainer(
+            n_runners=2, concurrency=8, run_dir=sys.argv[1], console=False, progress=False,
+            plot=False,
+        )
+        trainer.dev(agent, list(range(400)))
+"""
+
+
+def start_trainer(directory: Path) -> subprocess.Popen[bytes]:
+    """Start TRAIN_SCRIPT in ``directory`` in a process group of its own, as a terminal's
+    foreground job is, logging to ``train.log``."""
+    write_agent(directory, "short_agent", SHORT_AGENT)
+    (directory / "train.py").write_text(textwrap.dedent(TRAIN_SCRIPT))
+    with (directory / "train.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "train.py", str(directory / "run")],
+            cwd=directory,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
+        )
+
+
+async def test_ctrl_c_on_a_trainer_releases_what_its_runner_processes_hold(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C in a terminal signals the trainer and its runner processes (one process group):
+    what they claimed either finishes or goes back to the queue, nothing is left preparing."""
+    trainer = start_trainer(tmp_path)
+    log_path = tmp_path / "train.log"
+    try:
+
+        def some_ran() -> bool:
+            return len(attempts_that_ran(tmp_path)) >= 32 or trainer.poll() is not None
+
+        await wait_until(some_ran, "the runners to run some rollouts", 120)
+        assert trainer.poll() is None, log_path.read_text()
+        os.killpg(trainer.pid, signal.SIGINT)
+        trainer.wait(timeout=60)
+    finally:
+        if trainer.poll() is None:
+            os.killpg(trainer.pid, signal.SIGKILL)
+            trainer.wait(timeout=30)
+
+    ran = attempts_that_ran(tmp_path)
+    async with agl.open_store(f"sqlite:///{tmp_path / 'run' / 'store.db'}") as store:
+        page = await store.query_rollouts(limit=1000)
+        assert page.total == 400
+        statuses = {rollout.status for rollout in page.rollouts}
+        assert statuses <= {
+            RolloutStatus.SUCCEEDED,
+            RolloutStatus.QUEUING,
+            RolloutStatus.REQUEUING,
+        }, statuses
+        released = 0
+        for rollout in page.rollouts:
+            for attempt in await store.query_attempts(rollout.rollout_id):
+                assert attempt.status in (AttemptStatus.SUCCEEDED, AttemptStatus.RELEASED), attempt
+                if attempt.status == AttemptStatus.SUCCEEDED:
+                    assert attempt.attempt_id in ran
+                released += attempt.status == AttemptStatus.RELEASED
+        assert released >= 1  # it stopped mid-run: the processes held claims

@@ -758,6 +758,10 @@ def test_late_result_from_superseded_attempt_is_409(
     client: httpx.Client, server: StoreServer
 ) -> None:
     rollout_id, first = claim(client, config={"timeout_seconds": 0.2, "max_attempts": 2})
+    response = client.post(
+        f"/v1/rollouts/{rollout_id}/attempts/{first}", json={"status": "running"}
+    )
+    assert response.status_code == 200, response.text
     time.sleep(0.5)  # past the timeout: the next claim times the first attempt out and retries
     response = client.post("/v1/rollouts/dequeue", json={"limit": 1, "worker_id": "w2"})
     assert response.status_code == 200, response.text

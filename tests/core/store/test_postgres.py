@@ -116,7 +116,8 @@ async def test_overdue_attempts_end_once_with_three_stores_sweeping(url: str) ->
         assert {rollout.num_attempts for rollout in page.rollouts} == {1}
         for rollout in page.rollouts:
             attempts = await stores[2].query_attempts(rollout.rollout_id)
-            assert [attempt.status for attempt in attempts] == [agl.AttemptStatus.UNRESPONSIVE]
+            # Never started (no word from "lost" after the claim): released, not counted.
+            assert [attempt.status for attempt in attempts] == [agl.AttemptStatus.RELEASED]
         # The retries are claimable exactly once each.
         retried = await asyncio.gather(
             *(store.dequeue_rollouts(limit=30, worker_id=f"w{i}") for i, store in enumerate(stores))
@@ -137,6 +138,7 @@ async def test_a_late_report_after_another_server_timed_the_attempt_out_is_refus
         config = RolloutConfig(unresponsive_seconds=0.2, max_attempts=1)
         await a.enqueue_rollouts([RolloutRequest(input=0, rollout_id="r", config=config)])
         (claim,) = await a.dequeue_rollouts(worker_id="w")
+        await a.update_attempt("r", claim.attempt.attempt_id, status="running")
         await asyncio.sleep(0.4)
         assert (await b.get_rollout("r")).status == RolloutStatus.FAILED
         with pytest.raises(agl.ConflictError, match="unresponsive"):

@@ -17,7 +17,10 @@ for it (a result from a runner the store already gave up on) is refused with a
 than ``RolloutConfig.timeout_seconds``) and ``unresponsive`` (no heartbeat for
 ``RolloutConfig.unresponsive_seconds``). A runner that stops before an attempt finishes (it was
 asked to shut down) ends it as ``released``: the rollout goes back to the queue, and a released
-attempt does not count towards ``max_attempts``, since the task itself never failed.
+attempt does not count towards ``max_attempts``, since the task itself never failed. The store
+releases a claim too when it never hears of it again (still ``preparing``, no heartbeat, no
+span, when one of those limits passes): the claim's answer reached no runner, or its runner
+died before starting it, so the agent never ran.
 
 Rollout statuses::
 

@@ -30,7 +30,14 @@ def runner_command(
         int | None, typer.Option(help="Exit after claiming this many rollouts.", min=1)
     ] = None,
     drain_timeout: Annotated[
-        float, typer.Option(help="On SIGINT/SIGTERM, seconds to let running rollouts finish.")
+        float,
+        typer.Option(
+            "--drain-timeout",
+            "--grace-seconds",
+            help="On SIGINT/SIGTERM, seconds to let running rollouts finish before releasing "
+            "them to the queue.",
+            min=0,
+        ),
     ] = 30.0,
     path: Annotated[
         list[str] | None,
@@ -47,8 +54,11 @@ def runner_command(
 ) -> None:
     """Claim rollouts from a store and run the agent on them, until stopped.
 
-    SIGINT/SIGTERM stops claiming and lets running rollouts finish (up to --drain-timeout);
-    a second signal releases them to the queue at once.
+    SIGINT/SIGTERM stops claiming, lets running rollouts finish (up to --drain-timeout, 30 s
+    by default), and releases every claim it will not finish back to the queue, those it had
+    not started included, without using up a try; a second signal releases at once. SIGKILL
+    leaves them to the store: after the rollout's unresponsive_seconds, a claim never started
+    is released and a running one ends unresponsive (retried up to max_attempts).
     """
     from agl._agent import load_agent
     from agl._runner import Runner

@@ -163,7 +163,14 @@ def cancel(tx: Transaction, rollout_id: str, now: float) -> Rollout:
 
 
 def sweep(tx: Transaction, now: float) -> int:
-    """End the attempts that ran past their timeout or stopped sending heartbeats."""
+    """End the attempts that ran past their timeout or stopped sending heartbeats.
+
+    An attempt the store never heard of after the claim (still ``preparing``, no heartbeat,
+    no span) never started: its runner died before it could, or the claim's answer never
+    reached one (the server went down after committing it). It ends ``released``, not
+    ``timeout`` or ``unresponsive``: the rollout goes back to the queue without using up a try,
+    since its agent never ran.
+    """
     swept = 0
     for due in tx.attempts_due(now):
         # Read again after the rollout: a backend that locks the rollout's row (PostgreSQL)
@@ -180,13 +187,19 @@ def sweep(tx: Transaction, now: float) -> int:
             config.timeout_seconds is not None
             and now - attempt.start_time >= config.timeout_seconds
         ):
-            status = AttemptStatus.TIMEOUT
-            reason = f"ran longer than timeout_seconds={config.timeout_seconds:g}"
+            status, limit = AttemptStatus.TIMEOUT, f"timeout_seconds={config.timeout_seconds:g}"
+            reason = f"ran longer than {limit}"
         elif config.unresponsive_seconds is not None:
-            status = AttemptStatus.UNRESPONSIVE
-            reason = f"no heartbeat for unresponsive_seconds={config.unresponsive_seconds:g}"
+            limit = f"unresponsive_seconds={config.unresponsive_seconds:g}"
+            status, reason = AttemptStatus.UNRESPONSIVE, f"no heartbeat for {limit}"
         else:  # pragma: no cover - a deadline always comes from one of the two limits
             continue
+        if attempt.status == AttemptStatus.PREPARING and attempt.last_heartbeat_time is None:
+            status = AttemptStatus.RELEASED
+            reason = (
+                f"never started: no word from {attempt.worker_id or 'its runner'} within "
+                f"{limit} of the claim; back in the queue without using up a try"
+            )
         _move_attempt(tx, rollout, attempt, status=status, reason=reason, now=now)
         swept += 1
     return swept

@@ -485,7 +485,8 @@ class StoreConformance:
         assert old.reason is not None
         assert "timeout" in old.reason
         assert new.sequence == 2
-        # The retry times out too, and no tries are left.
+        # The retry starts and times out too, and no tries are left.
+        await store.update_attempt(rollout_id, new.attempt_id, status=AttemptStatus.RUNNING)
         await _until(
             lambda: _status_is(store, rollout_id, RolloutStatus.FAILED), timeout=5, interval=0.1
         )
@@ -494,6 +495,10 @@ class StoreConformance:
         config = RolloutConfig(unresponsive_seconds=0.4)
         [alive, silent] = await _claim(
             store, RolloutRequest(input=1, config=config), RolloutRequest(input=2, config=config)
+        )
+        # The silent one started (a claim never heard of again is released instead, see below).
+        await store.update_attempt(
+            silent.rollout.rollout_id, silent.attempt.attempt_id, status=AttemptStatus.RUNNING
         )
         for _ in range(6):
             await asyncio.sleep(0.15)
@@ -504,10 +509,45 @@ class StoreConformance:
         assert attempt.status == AttemptStatus.UNRESPONSIVE
         assert (await store.get_rollout(alive.rollout.rollout_id)).status == RolloutStatus.PREPARING
 
+    @pytest.mark.parametrize(
+        "config",
+        [RolloutConfig(unresponsive_seconds=0.3), RolloutConfig(timeout_seconds=0.3)],
+        ids=["unresponsive", "timeout"],
+    )
+    async def test_a_claim_never_started_goes_back_to_the_queue_without_using_a_try(
+        self, store: Store, config: RolloutConfig
+    ) -> None:
+        # The claim's answer reached no runner, or its runner died before starting it: the
+        # store never hears of the attempt again. max_attempts=1, yet the rollout runs.
+        [orphan, heard] = await _claim(
+            store, RolloutRequest(input=1, config=config), RolloutRequest(input=2, config=config)
+        )
+        rollout_id = orphan.rollout.rollout_id
+        await store.update_attempt(heard.rollout.rollout_id, heard.attempt.attempt_id)
+        claims = await store.dequeue_rollouts(wait=5, worker_id="second")
+        assert [claim.rollout.rollout_id for claim in claims] == [rollout_id]
+        first, second = await store.query_attempts(rollout_id)
+        assert first.status == AttemptStatus.RELEASED
+        assert first.reason is not None
+        assert "never started" in first.reason
+        assert "suite-worker" in first.reason
+        assert (second.sequence, second.worker_id) == (2, "second")
+        # The released try is not counted: this failure is the one counted try, and final.
+        await store.update_attempt(rollout_id, second.attempt_id, status=AttemptStatus.FAILED)
+        assert (await store.get_rollout(rollout_id)).status == RolloutStatus.FAILED
+        # An attempt the store heard of (a heartbeat) started: it is not released.
+        heard_id = heard.rollout.rollout_id
+        await _until(lambda: _status_is(store, heard_id, RolloutStatus.FAILED))
+        [attempt] = await store.query_attempts(heard_id)
+        assert attempt.status in (AttemptStatus.UNRESPONSIVE, AttemptStatus.TIMEOUT)
+
     async def test_late_result_of_a_superseded_attempt_is_refused(self, store: Store) -> None:
         config = RolloutConfig(timeout_seconds=0.2, max_attempts=2)
         [first] = await _claim(store, RolloutRequest(input=1, config=config))
         rollout_id = first.rollout.rollout_id
+        await store.update_attempt(
+            rollout_id, first.attempt.attempt_id, status=AttemptStatus.RUNNING
+        )
         await asyncio.sleep(0.3)
         [second] = await store.dequeue_rollouts(wait=5)
         await store.update_attempt(
