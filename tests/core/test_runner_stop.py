@@ -8,6 +8,7 @@ started included: a released attempt does not use up a try, so another runner ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import agl
 from agl import AttemptStatus, RolloutConfig, RolloutRequest, RolloutStatus, Runner
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer
+from agl.testing.postgres import PostgresServer
 from agl.testing.processes import (
     Processes,
     child_env,
@@ -133,13 +135,24 @@ def children(tmp_path: Path) -> Iterator[Processes]:
         yield started
 
 
+@contextlib.contextmanager
+def database(kind: str, directory: Path) -> Iterator[str]:
+    """The URL of a fresh database of ``kind``: a SQLite file, or a PostgreSQL database."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'agl.db'}"
+        return
+    with PostgresServer() as postgres:
+        yield postgres.create_database("sigterm")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 async def test_sigterm_mid_run_strands_no_claim_and_fails_no_rollout(
-    tmp_path: Path, children: Processes
+    tmp_path: Path, children: Processes, kind: str
 ) -> None:
     """The issue-48 repro: one runner (concurrency 16) over a full queue of 0.2 s rollouts,
     SIGTERM while it claims, three rounds; then another runner runs what they released."""
     agent = write_agent(tmp_path, "short_agent", SHORT_AGENT)
-    with StoreServer(f"sqlite:///{tmp_path / 'agl.db'}") as server:
+    with database(kind, tmp_path) as db, StoreServer(db) as server:
         async with agl.open_store(server.url) as store:
             requests = [RolloutRequest(input=i, config=RolloutConfig()) for i in range(200)]
             ids = [rollout.rollout_id for rollout in await store.enqueue_rollouts(requests)]
