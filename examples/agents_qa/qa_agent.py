@@ -24,6 +24,12 @@ conversation so far (or the question alone, if that run failed: too many turns, 
 tool it does not have) in a second ``Runner.run``. Both agents run in every rollout, whatever
 the model does, which is what lets RL train the answerer from a model that cannot hand off.
 
+**The model.** Both agents call the Agents SDK's default model, ``OpenAIResponsesModel`` (the
+OpenAI Responses API: what ``Agent(model="name")`` resolves to), on an ``openai`` client of the
+run's LLM resource. When the run trains, that client's base URL is agl's gateway, which serves
+the Responses API as one chat call to the engine and records the call's token ids under the
+response id the SDK saw: nothing here changes to be trainable.
+
 The Agents SDK exports its traces to OpenAI when ``OPENAI_API_KEY`` is set; importing this
 module replaces its trace processors with none (``agents.set_trace_processors([])``) so the
 traces stay on the machine. The SDK's tracing itself stays on: agl reads the runs through it.
@@ -47,7 +53,7 @@ from agents import (
     Model,
     ModelBehaviorError,
     ModelSettings,
-    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     Runner,
     TResponseInputItem,
     function_tool,
@@ -293,11 +299,11 @@ async def qa_agent(
     """
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(_client(llm))
-        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        model = OpenAIResponsesModel(model=llm.model, openai_client=client)
         other: Model | None = None
         if researcher_llm is not None:
             own = await stack.enter_async_context(_client(researcher_llm))
-            other = OpenAIChatCompletionsModel(model=researcher_llm.model, openai_client=own)
+            other = OpenAIResponsesModel(model=researcher_llm.model, openai_client=own)
         researcher, answerer = build_agents(
             model,
             model_settings(dict(llm.sampling_parameters)),

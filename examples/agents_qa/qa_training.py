@@ -12,9 +12,11 @@ searches both hops and hands off. The **answerer** is agl-torch's tiny model. Wi
 weights it writes no answer, so it starts from a **warm-up** (:func:`demonstrations`): the
 stand-in acts as a sloppy teacher, whose answerer gives the right answer for half the
 questions and the entity between the hops (one search short) for the others, and the agents
-run against it exactly as they will in training. Every chat request the Agents SDK sends the
-answerer (its instructions, the researcher's searches and their results, the handoff) and the
-teacher's reply is kept (:class:`agl.testing.demonstrations.Demonstrations`); the tiny model,
+run against it exactly as they will in training. Every request the Agents SDK sends the
+answerer (its instructions, the researcher's searches and their results, the handoff), as the
+chat request the engine is asked (the server, like agl's gateway, serves the SDK's Responses
+API calls as chat calls), and the teacher's reply is kept
+(:class:`agl.testing.demonstrations.Demonstrations`); the tiny model,
 with a tokenizer trained on those conversations (each name of the world one token), is
 fine-tuned on their whole text (the documents the searches found too, which teaches it to read
 them). **RL** on the answerer (the researcher is ``None``: its calls are counted, never
@@ -51,11 +53,11 @@ __all__ = [
     "warm_up",
 ]
 
-INSTRUMENT = ["openai-agents", "openai"]
+INSTRUMENT = ["openai-agents"]
 """What the runners trace: the Agents SDK (``agl-openai-agents``: each agent turn's span names
-its agent, each function tool call is a tool span, each model call carries its response id),
-and the openai client underneath ``OpenAIChatCompletionsModel`` (the same call, recorded twice,
-counts once)."""
+its agent, each function tool call is a tool span, each model call carries the id of the
+Responses API response it got, which is what agl's gateway records with the call's token
+ids)."""
 
 RUNNERS = 2
 """Runner processes of the teacher's run and of RL. A rollout is ~0.1 s of the Agents SDK's and
@@ -86,9 +88,10 @@ def demonstrations(
     seed: int = 0,
     n_runners: int = RUNNERS,
 ) -> list[dict[str, Any]]:
-    """The sloppy teacher's answerer conversations on ``tasks``: each chat request the Agents
-    SDK sends the answerer, as sent, with the teacher's reply. The teacher answers right on
-    ``right_share`` of the questions and with the entity between the hops on the others."""
+    """The sloppy teacher's answerer conversations on ``tasks``: each request the Agents SDK
+    sends the answerer, as the chat request the engine is asked, with the teacher's reply. The
+    teacher answers right on ``right_share`` of the questions and with the entity between the
+    hops on the others."""
     from agl.testing.demonstrations import record_demonstrations
 
     rng = random.Random(seed)

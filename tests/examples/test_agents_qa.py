@@ -26,6 +26,7 @@ import pytest
 import agl
 from agl import read_metrics, semconv
 from agl.lightning import extract_calls
+from agl.openai_wire import WIRES
 from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,18 +181,27 @@ def test_normalize() -> None:
 
 def _run_agents(script: Any, question: str) -> tuple[str, list[dict[str, Any]]]:
     """Run the two agents on ``question`` against ``script``; the answer and every request."""
-    from agents import OpenAIChatCompletionsModel
+    from agents import OpenAIResponsesModel
     from openai import AsyncOpenAI
 
     async def ask(url: str) -> str:
         async with AsyncOpenAI(base_url=url, api_key="k", max_retries=0) as client:
-            model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+            model = OpenAIResponsesModel(model="m", openai_client=client)
             researcher, answerer = qa_agent.build_agents(model)
             return await qa_agent.research_and_answer(researcher, answerer, question, max_turns=3)
 
     with OpenAIServer(script) as server:
         answer = asyncio.run(ask(server.url))
-        return answer, [request.body for request in server.requests]
+        return answer, _chat_requests(server)
+
+
+def _chat_requests(server: OpenAIServer) -> list[dict[str, Any]]:
+    """The requests ``server`` got, each as the chat request its script answered: the agents
+    speak the Responses API (the Agents SDK's default model), which the server, like agl's
+    gateway, serves as one chat call."""
+    assert {request.path for request in server.requests} == {"/v1/responses"}
+    wire = WIRES["responses"]
+    return [wire.to_chat(request.body, request.headers) for request in server.requests]
 
 
 def _is_researcher(request: dict[str, Any]) -> bool:
@@ -230,7 +240,7 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
         result = run.dev(questions, llm, run_dir=tmp_path, console=False)
-        requests = [request.body for request in server.requests]
+        requests = _chat_requests(server)
 
     assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
     assert all(r.succeeded for r in result.results), [r.error for r in result.results]
@@ -361,8 +371,8 @@ def test_the_researcher_may_call_a_model_of_its_own(agents_adapter: None, tmp_pa
             plot=False,
         )
         result = trainer.dev(qa_agent.qa_agent, [question])
-        asked = [request.body for request in own.requests]
-        answered = [request.body for request in main.requests]
+        asked = _chat_requests(own)
+        answered = _chat_requests(main)
     assert result.results[0].reward == 1.0  # the main model's answer, not the stand-in's
     assert [_is_researcher(r) for r in asked] == [True, True, True]
     [answer] = answered
@@ -421,3 +431,17 @@ def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, record
             assert any(question in prompt for question in questions)
     vals = [row for row in result.history if "val/reward/mean" in row]
     assert [row["step"] for row in vals] == [0, 2]
+    # the SDK's default model: every call through the gateway came on the Responses API, and
+    # each was joined with the instrumentation's span on the response id the SDK saw
+    wires = asyncio.run(_gateway_wires(result.store_url))
+    assert wires == {"responses"}
+
+
+async def _gateway_wires(url: str) -> set[object]:
+    """The wires the gateway recorded calls on, in all the store's rollouts."""
+    async with agl.open_store(url) as store:
+        page = await store.query_rollouts()
+        spans = [s for r in page.rollouts for s in await store.query_spans(r.rollout_id)]
+    gateway = [s for s in spans if s.attributes.get(semconv.AGL_SPAN_TYPE) == "gateway"]
+    assert all(str(s.attributes[semconv.GEN_AI_RESPONSE_ID]).startswith("resp_") for s in gateway)
+    return {s.attributes.get(semconv.AGL_WIRE) for s in gateway}

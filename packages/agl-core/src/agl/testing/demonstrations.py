@@ -16,7 +16,9 @@ training time the prompts it will see when the agent runs it::
 :func:`record_demonstrations` does those steps for an agl agent: it serves the teacher, runs
 the agent over the tasks with :meth:`agl.Trainer.dev` and returns the conversations.
 
-Requests without ``messages`` (completions, the Responses API) and error replies are not kept.
+A request on the Responses or the Messages API is kept as the chat request the server answers
+it with (:func:`agl.openai_wire.serve_wire`), which is what an engine behind agl's gateway is
+asked too. Completions requests (no ``messages``) and error replies are not kept.
 """
 
 from __future__ import annotations
