@@ -56,7 +56,10 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tools(
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
         result = run.dev(questions, llm, run_dir=tmp_path / "run", console=False)
-        requests = server.request_count
+        # A client that timed out on a loaded machine sends the same request again: the calls
+        # made are the distinct requests (a CI run at load 6-17 saw 32 requests for 24 calls,
+        # each question's three calls all there and attributed).
+        requests = len({json.dumps(r.body, sort_keys=True) for r in server.requests})
     assert all(r.succeeded for r in result.results), [r.error for r in result.results]
     assert [r.reward for r in result.results] == [
         0.0 if plan[q["id"]] == "wrong" else 1.0 for q in questions
