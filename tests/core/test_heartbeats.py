@@ -34,33 +34,27 @@ async def claims(store: MemoryStore, *limits: float | None) -> list[Claim]:
 
 async def test_the_interval_is_a_third_of_the_shortest_limit_or_the_idle_one() -> None:
     store = MemoryStore()
-    beats = Heartbeats(store, None, RunnerStats(), lambda task: None)
+    beats = Heartbeats(store, None, RunnerStats(), lambda attempt_id: None)
     assert beats.interval() == IDLE_INTERVAL
-    tasks = []
-    try:
-        for claim in await claims(store, None, 6.0, 1.5):
-            tasks.append(asyncio.create_task(asyncio.sleep(60)))
-            beats.add(tasks[-1], claim)
-        assert beats.interval() == pytest.approx(0.5)
-        beats.discard(tasks[-1])
-        assert beats.interval() == pytest.approx(2.0)
-        fixed = Heartbeats(store, 0.25, RunnerStats(), lambda task: None)
-        assert fixed.interval() == 0.25
-    finally:
-        for task in tasks:
-            task.cancel()
+    found = await claims(store, None, 6.0, 1.5)
+    for claim in found:
+        beats.add(claim)
+    assert beats.interval() == pytest.approx(0.5)
+    beats.discard(found[-1].attempt.attempt_id)
+    assert beats.interval() == pytest.approx(2.0)
+    fixed = Heartbeats(store, 0.25, RunnerStats(), lambda attempt_id: None)
+    assert fixed.interval() == 0.25
 
 
 async def test_a_beat_the_store_refuses_marks_its_attempt_and_others_go_on() -> None:
     store = MemoryStore()
     [kept, ended] = await claims(store, None, None)
-    tasks = {asyncio.create_task(asyncio.sleep(60)): claim for claim in (kept, ended)}
     await store.cancel_rollout(ended.rollout.rollout_id)
     [before] = await store.query_attempts(kept.rollout.rollout_id)
-    stale: list[asyncio.Task[None]] = []
+    stale: list[str] = []
     beats = Heartbeats(store, 0.05, RunnerStats(), stale.append)
-    for task, claim in tasks.items():
-        beats.add(task, claim)
+    beats.add(kept)
+    beats.add(ended)
     beats.start()
     try:
         for _ in range(500):
@@ -69,9 +63,7 @@ async def test_a_beat_the_store_refuses_marks_its_attempt_and_others_go_on() -> 
             await asyncio.sleep(0.01)
     finally:
         await asyncio.to_thread(beats.close)
-        for task in tasks:
-            task.cancel()
-    assert [tasks[task].rollout.rollout_id for task in set(stale)] == [ended.rollout.rollout_id]
+    assert stale == [ended.attempt.attempt_id]
     assert list(beats.attempts().values()) == [kept]  # no more beats for the ended one
     [attempt] = await store.query_attempts(kept.rollout.rollout_id)
     assert attempt.last_heartbeat_time is not None
@@ -80,20 +72,23 @@ async def test_a_beat_the_store_refuses_marks_its_attempt_and_others_go_on() -> 
     )
 
 
-async def test_beats_go_on_while_the_runners_loop_is_blocked_and_end_with_close() -> None:
+async def test_a_claim_answered_while_the_runners_loop_is_held_is_beaten_for_at_once() -> None:
     store = MemoryStore()
-    [claim] = await claims(store, 0.6)
-    beats = Heartbeats(store, None, RunnerStats(), lambda task: None)
-    task = asyncio.create_task(asyncio.sleep(60))
+    beats = Heartbeats(store, None, RunnerStats(), lambda attempt_id: None)
     beats.start()
-    beats.add(task, claim)
     try:
-        time.sleep(2.0)  # noqa: ASYNC251 - the loop is held: only the heartbeat thread can beat
+        claiming = asyncio.ensure_future(beats.dequeue(limit=1, worker_id="w", wait=30))
+        await asyncio.sleep(0.2)  # the long poll is waiting on the heartbeat thread
+        request = RolloutRequest(input=1, config=RolloutConfig(unresponsive_seconds=0.6))
+        enqueue = threading.Thread(target=asyncio.run, args=(store.enqueue_rollouts([request]),))
+        enqueue.start()
+        time.sleep(2.0)  # noqa: ASYNC251 - the loop is held: only the heartbeat thread works
+        enqueue.join()
+        [claim] = await claiming
         [attempt] = await store.query_attempts(claim.rollout.rollout_id)
         assert attempt.status == AttemptStatus.PREPARING  # not unresponsive: 2 s > 0.6 s
         assert attempt.last_heartbeat_time is not None
         assert time.time() - attempt.last_heartbeat_time < 0.6
     finally:
         await asyncio.to_thread(beats.close)
-        task.cancel()
     assert not [t for t in threading.enumerate() if t.name == "agl-heartbeats"]

@@ -25,7 +25,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def watched(caplog: pytest.LogCaptureFixture, threshold: float, *holds: float) -> list[str]:
     """Hold the loop for each of ``holds`` seconds in turn, letting it run between them."""
-    watch = LoopWatch("solver", dict, threshold)
+    watch = LoopWatch("solver", {}.get, threshold)
     with caplog.at_level(logging.WARNING, logger="agl"):
         watch.start()
         try:
@@ -60,7 +60,7 @@ async def test_a_stretch_that_goes_on_is_reported_while_it_lasts(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     threshold = 0.1
-    watch = LoopWatch("solver", dict, threshold)
+    watch = LoopWatch("solver", {}.get, threshold)
     with caplog.at_level(logging.WARNING, logger="agl"):
         watch.start()
         try:

@@ -6,8 +6,10 @@ them, and the store would end its attempts as unresponsive while the process is 
 working. So the beats go out from a daemon thread with an event loop of its own, which uses the
 store the way the span sender does (every built-in store serves several event loops: the
 memory and SQLite stores under their own locks, the HTTP client with a connection pool per
-loop). An attempt is beaten for from when the runner claims it (:meth:`Heartbeats.add`) until
-its task ends (:meth:`Heartbeats.discard`).
+loop). The runner's claims are made on that thread too (:meth:`Heartbeats.dequeue`): a claim
+the store answers while an agent holds the runner's loop is beaten for from the moment it
+arrives, not from when the loop comes back, by which time the store may have given it up. An
+attempt is beaten for until the runner's task for it ends (:meth:`Heartbeats.discard`).
 
 The interval is ``heartbeat_interval`` when given, else a third of the shortest
 ``unresponsive_seconds`` among the running rollouts, and at most 10 s. It is recomputed when a
@@ -49,7 +51,7 @@ class Heartbeats:
         store: Where the beats go (used from the heartbeat thread's own event loop).
         interval: Fixed seconds between beats; None to derive it from the rollouts' limits.
         stats: Counts the beats the store could not be reached for (on the runner's loop).
-        on_stale: Called on the runner's loop with the task of an attempt the store refused a
+        on_stale: Called on the runner's loop with the id of an attempt the store refused a
             beat for.
     """
 
@@ -58,14 +60,14 @@ class Heartbeats:
         store: Store,
         interval: float | None,
         stats: RunnerStats,
-        on_stale: Callable[[asyncio.Task[None]], None],
+        on_stale: Callable[[str], None],
     ) -> None:
         self._store = store
         self._fixed = interval
         self._stats = stats
         self._on_stale = on_stale
         self._lock = threading.Lock()
-        self._running: dict[asyncio.Task[None], Claim] = {}
+        self._running: dict[str, Claim] = {}  # by attempt id
         self._owner: asyncio.AbstractEventLoop | None = None  # the runner's loop
         self._loop: asyncio.AbstractEventLoop | None = None  # the heartbeat thread's
         self._wake = asyncio.Event()  # touched on the heartbeat loop only
@@ -82,20 +84,32 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._run, name="agl-heartbeats", daemon=True)
         self._thread.start()
 
-    def add(self, task: asyncio.Task[None], claim: Claim) -> None:
-        """Beat for ``claim`` (run by ``task``) until :meth:`discard`; its limit may shorten
-        the interval."""
+    async def dequeue(self, limit: int, worker_id: str, wait: float) -> list[Claim]:
+        """Claim up to ``limit`` rollouts (:meth:`~agl.store.Store.dequeue_rollouts`) on the
+        heartbeat thread, and beat for each claim from the moment it arrives."""
+        assert self._loop is not None, "start() first"
+
+        async def claim() -> list[Claim]:
+            claims = await self._store.dequeue_rollouts(limit=limit, worker_id=worker_id, wait=wait)
+            for one in claims:
+                self.add(one)
+            return claims
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(claim(), self._loop))
+
+    def add(self, claim: Claim) -> None:
+        """Beat for ``claim`` until :meth:`discard`; its limit may shorten the interval."""
         with self._lock:
-            self._running[task] = claim
+            self._running[claim.attempt.attempt_id] = claim
         self._poke(self._wake.set)
 
-    def discard(self, task: asyncio.Task[None]) -> None:
-        """Stop beating for the attempt ``task`` ran."""
+    def discard(self, attempt_id: str) -> None:
+        """Stop beating for an attempt."""
         with self._lock:
-            self._running.pop(task, None)
+            self._running.pop(attempt_id, None)
 
-    def attempts(self) -> dict[asyncio.Task[None], Claim]:
-        """The attempts beaten for now, by the task running each."""
+    def attempts(self) -> dict[str, Claim]:
+        """The attempts beaten for now, by attempt id."""
         with self._lock:
             return dict(self._running)
 
@@ -167,15 +181,15 @@ class Heartbeats:
             last = loop.time()
 
     async def _beat(self) -> None:
-        running = list(self.attempts().items())
+        running = list(self.attempts().values())
         results = await asyncio.gather(
             *(
                 self._store.update_attempt(c.rollout.rollout_id, c.attempt.attempt_id)
-                for _, c in running
+                for c in running
             ),
             return_exceptions=True,
         )
-        for (task, claim), result in zip(running, results, strict=True):
+        for claim, result in zip(running, results, strict=True):
             if isinstance(result, ConflictError):
                 # as a refused report says it: whichever the store refuses first
                 logger.info(
@@ -184,8 +198,8 @@ class Heartbeats:
                     claim.rollout.rollout_id,
                     result,
                 )
-                self.discard(task)
-                self._to_runner(self._stale, task)
+                self.discard(claim.attempt.attempt_id)
+                self._to_runner(self._on_stale, claim.attempt.attempt_id)
             elif isinstance(result, StoreUnavailableError):
                 self._to_runner(self._count_store_error)
             elif isinstance(result, Exception):
@@ -196,11 +210,5 @@ class Heartbeats:
         with contextlib.suppress(RuntimeError):  # the runner's loop has closed
             self._owner.call_soon_threadsafe(callback, *args)
 
-    # --- back on the runner's loop ----------------------------------------------------------
-
-    def _stale(self, task: asyncio.Task[None]) -> None:
-        if not task.done():
-            self._on_stale(task)
-
-    def _count_store_error(self) -> None:
+    def _count_store_error(self) -> None:  # on the runner's loop, which owns the stats
         self._stats.store_errors += 1

@@ -26,7 +26,7 @@ import sysconfig
 import threading
 import time
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,18 +67,19 @@ class LoopWatch:
 
     Args:
         agent: The agent's name, for the warning.
-        attempts: The running attempts, by the task running each (called from the watcher).
+        claim_of: The claim a task of the loop runs, None for other tasks (called from the
+            watcher thread, so it must be safe there: ``dict.get`` is).
         threshold: Seconds without a turn of the loop that count as held.
     """
 
     def __init__(
         self,
         agent: str,
-        attempts: Callable[[], Mapping[asyncio.Task[Any], Claim]],
+        claim_of: Callable[[asyncio.Task[Any]], Claim | None],
         threshold: float = BLOCKED_LOOP_SECONDS,
     ) -> None:
         self._agent = agent
-        self._attempts = attempts
+        self._claim_of = claim_of
         self._threshold = threshold
         self._period = threshold / 4
         self._stop = threading.Event()
@@ -140,7 +141,7 @@ class LoopWatch:
         task = None
         with contextlib.suppress(Exception):  # the loop may be between tasks or closing
             task = asyncio.current_task(self._loop)
-        claim = self._attempts().get(task) if task is not None else None
+        claim = self._claim_of(task) if task is not None else None
         if claim is not None:
             held.rollouts[claim.rollout.rollout_id] = None
         else:

@@ -229,10 +229,11 @@ class Runner:
             instrumentation.instrument()
         signals = self._install_signals()
         self._heartbeats = Heartbeats(
-            self.store, self.heartbeat_interval, self.stats, self._abandon
+            self.store, self.heartbeat_interval, self.stats, self._abandon_attempt
         )
         self._heartbeats.start()
-        watch = LoopWatch(self.agent.name, self._heartbeats.attempts)
+        # dict.get is one step under the GIL: the watch thread may call it while tasks come and go
+        watch = LoopWatch(self.agent.name, self._running.get)
         watch.start()
         try:
             await self._claim_loop()
@@ -275,7 +276,8 @@ class Runner:
             try:
                 # Not cancelled on stop: a claim the store made but the runner never saw would
                 # hang in 'preparing'. A stop waits for it (at most poll_wait), then releases.
-                claims = await self.store.dequeue_rollouts(
+                # Claimed on the heartbeat thread, which beats for each claim from its arrival.
+                claims = await self._heartbeats.dequeue(
                     limit=free, worker_id=self.worker_id, wait=self.poll_wait
                 )
             except StoreUnavailableError as exc:
@@ -292,7 +294,6 @@ class Runner:
                     self._run_attempt(claim), name=f"agl-rollout-{claim.rollout.rollout_id}"
                 )
                 self._running[task] = claim
-                self._heartbeats.add(task, claim)
                 task.add_done_callback(self._finished)
                 if self._stopping.is_set():
                     self._release(task)
@@ -306,8 +307,9 @@ class Runner:
             stop.cancel()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        self._heartbeats.discard(task)
+        claim = self._running.pop(task, None)
+        if claim is not None:
+            self._heartbeats.discard(claim.attempt.attempt_id)
         self._started.discard(task)
         if not task.cancelled() and task.exception() is not None:  # a bug in the runner itself
             logger.error("agl runner task failed", exc_info=task.exception())
@@ -333,10 +335,12 @@ class Runner:
         if self._running:
             await asyncio.wait(list(self._running))
 
-    def _abandon(self, task: asyncio.Task[None]) -> None:
-        """The store ended this attempt: cancel its agent, report nothing."""
-        self._stale.add(task)
-        task.cancel()
+    def _abandon_attempt(self, attempt_id: str) -> None:
+        """The store ended this attempt (it refused a beat): cancel its agent, report nothing."""
+        for task, claim in list(self._running.items()):
+            if claim.attempt.attempt_id == attempt_id and not task.done():
+                self._stale.add(task)
+                task.cancel()
 
     def _release(self, task: asyncio.Task[None]) -> None:
         if task not in self._released:
