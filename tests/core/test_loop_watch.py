@@ -39,21 +39,21 @@ async def watched(caplog: pytest.LogCaptureFixture, threshold: float, *holds: fl
 
 
 async def test_short_holds_pass_unremarked(caplog: pytest.LogCaptureFixture) -> None:
-    assert await watched(caplog, 0.5, 0.1, 0.1, 0.1) == []
+    assert await watched(caplog, 1.0, 0.1, 0.1, 0.1) == []
 
 
 async def test_each_stretch_held_past_the_threshold_is_reported_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    found = await watched(caplog, 0.2, 1.0, 0.05, 0.8)
+    found = await watched(caplog, 0.4, 1.5, 0.05, 1.2)
     assert len(found) == 2, found
-    for line, seconds in zip(found, (1.0, 0.8), strict=True):
+    for line, seconds in zip(found, (1.5, 1.2), strict=True):
         # no rollout was running: the test's own task held it
         assert line.startswith("code outside the agent (Task-"), line
         assert "test_loop_watch.py" in line, line
         assert "in watched" in line, line
         held = float(line.split("for about ")[1].split(" s")[0])
-        assert seconds - 0.15 <= held <= seconds + 0.5, line
+        assert seconds - 0.2 <= held <= seconds + 1.0, line  # a busy machine adds some
 
 
 async def test_a_stretch_that_goes_on_is_reported_while_it_lasts(
