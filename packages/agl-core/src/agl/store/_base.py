@@ -58,6 +58,10 @@ class StoreStatistics(BaseModel):
 class Store(Protocol):
     """What every store backend does. All methods are coroutines unless noted.
 
+    One store serves every event loop of its process, each from its own thread: a runner claims
+    and beats from a thread of its own while its agents hold its loop, and a tracer sends spans
+    from another (:meth:`ClosingStore.release_loop` lets go of what a loop that ends held).
+
     Errors: :class:`~agl.NotFoundError` for unknown ids,
     :class:`~agl.InvalidInputError` for bad arguments,
     :class:`~agl.ConflictError` for writes the current state forbids, and

@@ -23,6 +23,7 @@ overridden with ``@pytest.mark.xfail(reason="…")`` naming what is missing;
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
@@ -33,6 +34,7 @@ from pydantic import ValidationError
 import agl
 from agl import (
     LLM,
+    Attempt,
     AttemptStatus,
     ConflictError,
     InvalidInputError,
@@ -508,6 +510,30 @@ class StoreConformance:
         [attempt] = await store.query_attempts(silent.rollout.rollout_id)
         assert attempt.status == AttemptStatus.UNRESPONSIVE
         assert (await store.get_rollout(alive.rollout.rollout_id)).status == RolloutStatus.PREPARING
+
+    async def test_another_event_loop_claims_and_beats_while_this_one_is_held(
+        self, store: Store
+    ) -> None:
+        # A runner claims and beats from a thread of its own while its agents hold its loop.
+        [rollout] = await store.enqueue_rollouts([RolloutRequest(input=1)])
+
+        async def elsewhere() -> Attempt:
+            [claim] = await store.dequeue_rollouts(worker_id="beats", wait=5)
+            try:
+                return await store.update_attempt(rollout.rollout_id, claim.attempt.attempt_id)
+            finally:
+                release = getattr(store, "release_loop", None)
+                if release is not None:
+                    await release()
+
+        beaten: list[Attempt] = []
+        thread = threading.Thread(target=lambda: beaten.append(asyncio.run(elsewhere())))
+        thread.start()
+        thread.join(30)  # holding this loop, as a blocking agent holds its runner's
+        assert beaten, "a second event loop could not use the store while the first was held"
+        [attempt] = beaten
+        assert attempt.last_heartbeat_time is not None
+        assert await store.query_attempts(rollout.rollout_id) == [attempt]  # this loop still can
 
     @pytest.mark.parametrize(
         "config",
