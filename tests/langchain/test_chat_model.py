@@ -94,3 +94,17 @@ async def test_a_model_calls_its_endpoint_and_each_event_loop_has_its_own_client
     assert other is not model  # a client's connections belong to its loop
     assert other.http_async_client is not model.http_async_client
     assert [r.body["model"] for r in server.requests[-2:]] == ["m", "m"]
+
+
+def test_a_loop_that_ends_closes_its_client(server: OpenAIServer) -> None:
+    """asyncio.run (a runner's run_sync) shuts the loop down: its shared client closes then."""
+    llm = agl.LLM(endpoint=server.url, model="m")
+
+    async def job() -> tuple[str, Any]:
+        model = agl_langchain.chat_model(llm, max_retries=0)
+        reply = await model.ainvoke("otters")
+        return str(reply.content), model.http_async_client
+
+    text, client = asyncio.run(job())
+    assert text == "ok: otters"
+    assert client.is_closed

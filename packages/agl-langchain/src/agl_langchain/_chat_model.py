@@ -7,16 +7,19 @@ on the event loop the runner shares between its agents (issue 48: enough to hold
 runner's loop for seconds). :func:`chat_model` hands every chat model the same two HTTP clients
 (a synchronous one, and an asynchronous one per event loop: its connections belong to one) and
 keeps the models it built by (base URL, key, model, options), so building one per attempt
-costs a fraction of a millisecond and the calls of all attempts share pooled connections.
+costs a fraction of a millisecond and the calls of all attempts share pooled connections. A
+loop's client is closed when the loop shuts down (``asyncio.run`` does, so a runner's does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import threading
 import weakref
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import agl
@@ -33,6 +36,9 @@ MAX_MODELS = 256
 _lock = threading.Lock()
 _models: collections.OrderedDict[tuple[Any, ...], ChatOpenAI] = collections.OrderedDict()
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = (
     weakref.WeakKeyDictionary()
 )
 _sync_client: httpx.Client | None = None
@@ -89,10 +95,11 @@ async def close_chat_models() -> None:
     loop = asyncio.get_running_loop()
     with _lock:
         client = _async_clients.pop(loop, None)
+        closer = _closers.pop(loop, None)
         for key in [key for key, model in _models.items() if model.http_async_client is client]:
             del _models[key]
-    if client is not None:
-        await client.aclose()
+    if closer is not None:
+        await closer.aclose()  # closes the client
 
 
 def _options(llm: agl.LLM, chat_openai: type[ChatOpenAI], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -139,4 +146,21 @@ def _async_client(loop: asyncio.AbstractEventLoop | None) -> httpx.AsyncClient:
         import openai
 
         client = _async_clients[loop] = openai.DefaultAsyncHttpxClient()
+        closer = _closers[loop] = _close_at_shutdown(client)
+        # Run it to its yield now (it awaits nothing before): the loop tracks it from its first
+        # step, and no task is left pending that a close_chat_models could race.
+        with contextlib.suppress(StopIteration):
+            closer.asend(None).send(None)
     return client
+
+
+async def _close_at_shutdown(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Close ``client`` when its loop shuts down.
+
+    An async generator started on a loop is closed by the loop's ``shutdown_asyncgens``, which
+    ``asyncio.run`` calls while the loop still runs: the one hook a loop has for its end.
+    """
+    try:
+        yield
+    finally:
+        await client.aclose()
