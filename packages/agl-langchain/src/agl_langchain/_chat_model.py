@@ -89,8 +89,8 @@ def chat_model(llm: agl.LLM, **kwargs: Any) -> ChatOpenAI:
 async def close_chat_models() -> None:
     """Close the running event loop's shared HTTP client and forget the models that used it.
 
-    For a script that runs an event loop and ends it before the process ends (a test, an
-    ``asyncio.run`` per job); a runner's loop lives as long as its process, so it need not.
+    A loop's client closes anyway when the loop shuts down (``asyncio.run`` shuts its loop
+    down); this closes it sooner, for code that keeps its loop but is done with the models.
     """
     loop = asyncio.get_running_loop()
     with _lock:
