@@ -23,12 +23,10 @@ attributed to ``writer``, ``checker`` or ``rewriter``, and how a run can train o
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any, TypedDict
 
 import company_db
-import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
@@ -36,6 +34,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 import agl
+import agl_langchain
 
 __all__ = [
     "CHECKER_PROMPT",
@@ -163,20 +162,14 @@ def build_graph(
     return graph.compile()
 
 
-def chat_model(llm: agl.LLM, http: httpx.AsyncClient | None = None) -> ChatOpenAI:
-    """A ``ChatOpenAI`` for ``llm``, with its sampling parameters (temperature, max_tokens),
-    sending through ``http`` when given (the caller closes it)."""
-    sampling = llm.sampling_parameters
-    temperature, max_tokens = sampling.get("temperature"), sampling.get("max_tokens")
-    return ChatOpenAI(
-        base_url=llm.endpoint,
-        http_async_client=http,
-        api_key=llm.api_key or os.environ.get("OPENAI_API_KEY") or "unused",
-        model=llm.model,
-        max_retries=0,
-        temperature=float(temperature) if isinstance(temperature, int | float) else None,
-        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-    )
+def chat_model(llm: agl.LLM) -> ChatOpenAI:
+    """A ``ChatOpenAI`` for ``llm``, with its sampling parameters (temperature, max_tokens).
+
+    Each attempt's gateway URL is its own, so a plain ``ChatOpenAI(base_url=llm.endpoint)``
+    would build HTTP clients (and parse the CA bundle) per attempt on the runner's event loop;
+    :func:`agl_langchain.chat_model` shares one client between them all.
+    """
+    return agl_langchain.chat_model(llm, max_retries=0)
 
 
 @agl.rollout
@@ -191,10 +184,7 @@ async def sql_agent(
     the writer and the rewriter leaves alone).
     """
     state: SQLState = {"question": task["question"], "sql": "", "verdict": "", "rewrites": 0}
-    # One HTTP client per rollout, closed with it (one ChatOpenAI opens would be closed only
-    # when collected, after the event loop is gone).
-    async with httpx.AsyncClient(timeout=None) as http:
-        checker = chat_model(checker_llm, http) if checker_llm is not None else None
-        graph = build_graph(chat_model(llm, http), checker_model=checker)
-        final = await graph.ainvoke(state)
+    checker = chat_model(checker_llm) if checker_llm is not None else None
+    graph = build_graph(chat_model(llm), checker_model=checker)
+    final = await graph.ainvoke(state)
     return await asyncio.to_thread(company_db.reward, final["sql"], task["sql"])
