@@ -177,7 +177,8 @@ class Runner:
         self._owns_tracer = tracer is None
         self._running: dict[asyncio.Task[None], Claim] = {}
         self._released: set[asyncio.Task[None]] = set()
-        self._started: set[asyncio.Task[None]] = set()  # claims whose attempt began to run
+        # Attempts a release cancels: started, and not yet reporting how they ended.
+        self._cancellable: set[asyncio.Task[None]] = set()
         self._stale: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Event | None = None
         self._drain = True
@@ -310,7 +311,7 @@ class Runner:
         claim = self._running.pop(task, None)
         if claim is not None:
             self._heartbeats.discard(claim.attempt.attempt_id)
-        self._started.discard(task)
+        self._cancellable.discard(task)
         if not task.cancelled() and task.exception() is not None:  # a bug in the runner itself
             logger.error("agl runner task failed", exc_info=task.exception())
 
@@ -346,8 +347,10 @@ class Runner:
         if task not in self._released:
             self._released.add(task)
             # A task cancelled before its first step never runs a line of its coroutine, so it
-            # could not report the release: one not started yet reports it when it starts.
-            if task in self._started:
+            # could not report the release: one not started yet reports it when it starts. One
+            # already reporting its outcome is left to finish the report, which a cancel could
+            # stop before it reached the store (leaving the attempt 'running').
+            if task in self._cancellable:
                 task.cancel()
 
     # --- one attempt ------------------------------------------------------------------------
@@ -363,7 +366,7 @@ class Runner:
                 reason="the runner stopped before the attempt started",
             )
             return
-        self._started.add(task)
+        self._cancellable.add(task)
         if not self._observed:
             await self._attempt(claim)
             return
@@ -431,6 +434,7 @@ class Runner:
         except _Stale:
             self.stats.abandoned += 1
             return None
+        self._cancellable.discard(task)  # from here on, a release lets the report go out
         return await self._conclude(*ids, status=status, reason=reason)
 
     async def _conclude(
