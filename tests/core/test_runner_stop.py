@@ -144,6 +144,45 @@ async def test_a_stop_lets_an_outcome_already_on_its_way_reach_the_store() -> No
     assert (stats.succeeded, stats.released) == (1, 0)
 
 
+class RefusesABeatAsTheOutcomeComesIn(MemoryStore):
+    """A store whose heartbeat refusal (the attempt has ended) reaches the runner while the
+    runner's own report of that outcome is on its way: the race a fresh-clone CI run hit (the
+    store held 4 succeeded attempts, the runner counted 3)."""
+
+    runner: Runner | None = None
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: AttemptStatus | None = None,
+        heartbeat: bool = True,
+        reason: str | None = None,
+    ) -> agl.Attempt:
+        if status == AttemptStatus.SUCCEEDED and self.runner is not None:
+            self.runner._abandon_attempt(attempt_id)  # as the heartbeat thread would
+            await asyncio.sleep(0.1)
+        return await super().update_attempt(rollout_id, attempt_id, status, heartbeat, reason)
+
+
+async def test_a_refused_beat_does_not_cancel_an_outcome_on_its_way() -> None:
+    store = RefusesABeatAsTheOutcomeComesIn()
+
+    @agl.rollout
+    async def agent(task: int) -> float:
+        return 1.0
+
+    [rollout] = await store.enqueue_rollouts([RolloutRequest(input=1)])
+    the_runner = Runner(
+        agent, store, concurrency=1, handle_signals=False, poll_wait=0.2, max_rollouts=1
+    )
+    store.runner = the_runner
+    stats = await asyncio.wait_for(the_runner.run(), 10)
+    [attempt] = await store.query_attempts(rollout.rollout_id)
+    assert attempt.status == AttemptStatus.SUCCEEDED, attempt
+    assert (stats.succeeded, stats.abandoned) == (1, 0)
+
+
 # --- `agl runner` processes, SIGTERM mid-run --------------------------------------------------
 
 SHORT_AGENT = """

@@ -337,9 +337,13 @@ class Runner:
             await asyncio.wait(list(self._running))
 
     def _abandon_attempt(self, attempt_id: str) -> None:
-        """The store ended this attempt (it refused a beat): cancel its agent, report nothing."""
+        """The store ended this attempt (it refused a beat): cancel its agent, report nothing.
+
+        An attempt already reporting its outcome is left alone: the beat may have been refused
+        because that very report arrived first, and a cancel could stop the report on its way
+        (the attempt left 'running'). If the store had ended it, the report says so (stale)."""
         for task, claim in list(self._running.items()):
-            if claim.attempt.attempt_id == attempt_id and not task.done():
+            if claim.attempt.attempt_id == attempt_id and task in self._cancellable:
                 self._stale.add(task)
                 task.cancel()
 
