@@ -254,12 +254,13 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
 def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
     """``run.py --train`` as it ships (the warm-up, 12 RL steps), validated on 80 new problems.
 
-    Two readings of one run, each with room for its noise. The training reward, each step a mean
-    over 64 rollouts (about +-0.06), must rise by 0.1 from the first two steps to the last four.
-    The validation, a mean over 80 problems whose difference moves by about +-0.08 on its own,
-    must rise by 0.05: the former +0.1 there failed a run that plainly learned (CI: 0.4875 ->
-    0.575, while its first six steps' training reward went 0.41 -> 0.63), as roughly one run in
-    ten would by chance."""
+    Two readings of one run, each with room for its noise. The training reward (each step a mean
+    over 64 rollouts) must be 0.1 higher over the second half of the steps than over the first
+    two: a half, not the last steps, because a step can collapse and recover (CI: 0.83 -> 0.09 ->
+    0.66 in steps 8-12 of a run whose validation rose 0.41 -> 0.60). The validation, a mean over
+    80 problems whose difference moves by about +-0.08 on its own, must rise by 0.05: the former
+    +0.1 there failed a run that plainly learned (CI: 0.4875 -> 0.575, while its first six steps'
+    training reward went 0.41 -> 0.63), as roughly one run in ten would by chance."""
     with _our_stand_in():
         warm = math_training.warm_up(tmp_path, progress=False)
         result = math_training.reinforce(warm, tmp_path, val_tasks=80, console=False)
@@ -271,6 +272,7 @@ def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
     before, after = vals
     assert after >= before + 0.05, said
     assert after >= 0.2, said
-    early, late = sum(rewards[:2]) / 2, sum(rewards[-4:]) / 4
+    half = rewards[len(rewards) // 2 :]
+    early, late = sum(rewards[:2]) / 2, sum(half) / len(half)
     assert late >= early + 0.1, said
     assert (tmp_path / "reward.png").is_file()
