@@ -34,7 +34,7 @@ import contextlib
 import json
 import time
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -180,12 +180,10 @@ class Gateway:
 
         @app.get(_PREFIX + "/models", responses=openapi.ERRORS)
         async def models(rollout_id: str, attempt_id: str, request: Request) -> Response:
-            try:  # an unknown attempt is not found here, as on every other route of it
-                await self.attempts.check(rollout_id, attempt_id)
-            except NotFoundError as exc:
-                return _error(404, exc.message)
-            except AglError as exc:
-                return _error(503, f"the gateway cannot reach its store: {exc.message}")
+            # an unknown attempt is not found here, as on every other route of it
+            unknown = await self._attempt_error(_error, rollout_id, attempt_id)
+            if unknown is not None:
+                return unknown
             upstream = self.upstream_for(rollout_id)
             try:
                 async with self._upstream().get(
@@ -270,7 +268,7 @@ class Gateway:
             body = read_json(await request.body())
         except WireError as exc:
             return wire.error_response(exc.status, exc.message, exc.field)
-        unknown = await self._attempt_error(wire, rollout_id, attempt_id)
+        unknown = await self._attempt_error(wire.error_response, rollout_id, attempt_id)
         if unknown is not None:
             return unknown
 
@@ -281,15 +279,17 @@ class Gateway:
 
         return await serve_wire(wire, body, request.headers, chat)
 
-    async def _attempt_error(self, wire: Wire, rollout_id: str, attempt_id: str) -> Response | None:
-        """An error in the wire's format when the attempt is unknown (whatever the body, as on
-        chat) or the store cannot say; None when the attempt is known."""
+    async def _attempt_error(
+        self, error: Callable[[int, str], Response], rollout_id: str, attempt_id: str
+    ) -> Response | None:
+        """``error(status, message)`` (in the wire's format) when the attempt is unknown
+        (whatever the body, as on chat) or the store cannot say; None when it is known."""
         try:
             await self.attempts.check(rollout_id, attempt_id)
         except NotFoundError as exc:
-            return wire.error_response(404, exc.message)
+            return error(404, exc.message)
         except AglError as exc:
-            return wire.error_response(503, f"the gateway cannot reach its store: {exc.message}")
+            return error(503, f"the gateway cannot reach its store: {exc.message}")
         return None
 
     async def _count_tokens(self, rollout_id: str, attempt_id: str, request: Request) -> Response:
@@ -301,7 +301,7 @@ class Gateway:
             body = read_json(await request.body())
         except WireError as exc:
             return wire.error_response(exc.status, exc.message, exc.field)
-        unknown = await self._attempt_error(wire, rollout_id, attempt_id)
+        unknown = await self._attempt_error(wire.error_response, rollout_id, attempt_id)
         if unknown is not None:
             return unknown
         try:

@@ -272,7 +272,7 @@ def upstream_error(content: bytes) -> str:
         message = body["error"]["message"]
         if isinstance(message, str):
             return message
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, RecursionError, KeyError, TypeError):
         pass
     return content[:500].decode(errors="replace")
 
