@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             "import agl (median",
         ),
         ("capture.py", ["--calls", "80", "--seconds", "1", "--connections", "8"], "gateway"),
+        ("wires.py", ["--calls", "10"], "recorded calls by wire"),
         (
             "runner.py",
             ["--rollouts", "64", "--concurrency", "16", "--agent", "http"],
@@ -73,6 +74,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
     ids=[
         "store",
         "capture",
+        "wires",
         "runner-http",
         "runner-openai",
         "lightning",
