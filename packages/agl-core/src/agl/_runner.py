@@ -58,7 +58,7 @@ from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
 from agl._heartbeats import Heartbeats
 from agl._loop_watch import LoopWatch
 from agl._resources import ResourcesUpdate
-from agl._rollouts import AttemptStatus, Claim
+from agl._rollouts import AttemptStatus, Claim, new_id
 from agl._runner_resources import RunnerResources
 from agl._runner_stats import RunnerStats, failure_reason
 from agl.plugins import PluginManager
@@ -265,6 +265,7 @@ class Runner:
         assert self.store is not None
         assert self._stopping is not None
         backoff = 0.1
+        request_id: str | None = None  # kept until answered: a repeat gets the same claims
         while not self._stopping.is_set():
             if self.max_rollouts is not None and self.stats.claimed >= self.max_rollouts:
                 break
@@ -278,8 +279,9 @@ class Runner:
                 # Not cancelled on stop: a claim the store made but the runner never saw would
                 # hang in 'preparing'. A stop waits for it (at most poll_wait), then releases.
                 # Claimed on the heartbeat thread, which beats for each claim from its arrival.
+                request_id = request_id or new_id("rq")
                 claims = await self._heartbeats.dequeue(
-                    limit=free, worker_id=self.worker_id, wait=self.poll_wait
+                    limit=free, worker_id=self.worker_id, wait=self.poll_wait, request_id=request_id
                 )
             except StoreUnavailableError as exc:
                 self.stats.store_errors += 1
@@ -288,7 +290,7 @@ class Runner:
                     await asyncio.wait_for(self._stopping.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            backoff = 0.1
+            backoff, request_id = 0.1, None
             for claim in claims:
                 self.stats.claimed += 1
                 task = asyncio.create_task(

@@ -5,8 +5,8 @@ One keep-alive connection pool per event loop, with retries and fail-over
 requests that may have reached the server are
 retried only when repeating them is harmless, which the client arranges: it names new rollouts
 and resource sets itself, so a repeated enqueue or publish finds the first one, and spans are
-idempotent in every store (a dequeue and a batch of metrics rows are not repeated: the first
-would claim twice, the second store its rows twice). The server's JSON errors come back as the
+idempotent in every store; a dequeue and a batch of metrics rows carry a request id the store
+remembers, so a repeat is answered as the first one was. The server's JSON errors come back as the
 same exception classes the other backends raise (:mod:`agl.store._http_wire`).
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
 
 from agl._errors import AglError, StoreUnavailableError
 from agl._metric_rows import MetricsPage, MetricsRow
@@ -130,15 +131,23 @@ class HttpStore(ClosingStore):
         return rollouts
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[Claim]:
+        # A request id makes the dequeue safe to repeat after a lost answer or a 503 (here or
+        # on another server): the store answers a repeat with the claims it made the first time.
+        request_id = new_id("rq") if request_id is None else request_id
         # The server holds one poll for at most MAX_POLL_SECONDS: a longer wait is several.
         for poll in polls(wait):
+            body = {"limit": limit, "worker_id": worker_id, "wait": poll, "request_id": request_id}
             data = await self._request(
                 "POST",
                 "/v1/rollouts/dequeue",
-                json={"limit": limit, "worker_id": worker_id, "wait": poll},
-                idempotent=False,  # a lost claim would sit until its attempt is given up on
+                json=body,
                 wait=poll if isinstance(poll, int | float) else 0.0,
             )
             claims = _claims.validate_python(data["claims"])
@@ -338,12 +347,15 @@ class HttpStore(ClosingStore):
 
     # --- metrics ----------------------------------------------------------------------------
 
-    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+    async def add_metrics(
+        self, rows: Sequence[MetricsRow], *, request_id: str | None = None
+    ) -> None:
         rows = as_list(rows, "rows", MetricsRow)
         if rows:
-            body = b'{"rows":' + _metrics.dump_json(rows) + b"}"
-            # Not repeated once it may have reached the server: that would add the rows twice.
-            await self._request("POST", "/v1/metrics", content=body, idempotent=False)
+            # The request id makes a repeat (after a lost answer) add the rows once.
+            request = to_json(new_id("rq") if request_id is None else request_id)
+            body = b'{"rows":' + _metrics.dump_json(rows) + b',"request_id":' + request + b"}"
+            await self._request("POST", "/v1/metrics", content=body)
 
     async def query_metrics(
         self, run: str | None = None, limit: int = 10_000, offset: int = 0
