@@ -97,7 +97,7 @@ _LAZY = {
     "reward_metrics": "agl._algorithm",
     "FitResult": "agl._trainer",
     "TransitionBuilder": "agl.lightning",
-    "LoopSettings": "agl._algorithm",
+    "LoopSettings": "agl._settings",
     "PerAgent": "agl._per_agent",
     "StepAlgorithm": "agl._algorithm",
     "StepBatch": "agl._algorithm",
