@@ -117,7 +117,7 @@ class Trainer:
             figure is in ``metrics.jsonl`` / ``metrics.csv`` / TensorBoard either way).
         plot: Draw the reward curve to ``run_dir/reward.png`` at the end (needs matplotlib).
         instrument: Libraries the runners trace (``"openai"``: every call of the openai client;
-            ``agl plugins`` lists the rest). None: none, or every installed one after
+            ``agl plugins`` lists the rest), besides every installed one after
             ``import agl.auto``.
         plugins: The plugins that names (of algorithms, credit strategies, instrumentors,
             store schemes) are looked up in and whose hooks the run fires: a
