@@ -7,6 +7,7 @@ real SQLite file and a real PostgreSQL server that asks for a password (``scram-
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -153,6 +154,13 @@ async def test_a_store_server_and_a_runner_take_the_token_from_a_file(
         runner.process.send_signal(signal.SIGTERM)
         assert runner.exit_code(timeout=120) == 0
     assert runner_summary(runner)["succeeded"] == 3
+    # agl rollouts, like every client, reads the token from the file AGL_STORE_TOKEN_FILE names
+    listed = processes.start(
+        "rollouts", "rollouts", "list", "--store", url, "--json",
+        env={"AGL_STORE_TOKEN_FILE": str(token_file)},
+    )  # fmt: skip
+    assert listed.exit_code(timeout=120) == 0, listed.log()
+    assert json.loads(listed.log())["total"] == 3
     assert "(token required)" in store_server.log()
     assert SECRET not in store_server.log()
     assert SECRET not in runner.log()
