@@ -19,9 +19,11 @@ import agl
 from agl import RolloutRequest, RolloutStatus
 from agl._secrets import env_secret, read_secret_file, secret_option
 from agl.cli import app
+from agl.lightning import extract_calls
+from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
-from agl.testing.processes import Child, Processes, runner_summary, write_agent
+from agl.testing.processes import Child, Processes, calling_agent, runner_summary, write_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -200,3 +202,59 @@ async def test_a_store_server_over_postgresql_finds_the_password_in_pgpassfile(
         assert f"serving postgresql://agl@127.0.0.1:{database.port}/agl" in log
         assert database.password not in log
         assert database.password not in refused.log()
+
+
+async def test_a_gateway_and_a_runner_take_every_secret_from_a_file(
+    tmp_path: Path, processes: Processes
+) -> None:
+    secrets = {name: f"{name}-{SECRET}" for name in ("store", "gateway", "upstream")}
+    files = {name: _secret_file(tmp_path / name, value + "\n") for name, value in secrets.items()}
+    store_port, gateway_port = free_port(), free_port()
+    store_url = f"http://127.0.0.1:{store_port}"
+    with OpenAIServer() as model:
+        store_server = await processes.store_server(
+            "store",
+            db=f"sqlite:///{tmp_path / 'agl.db'}",
+            port=store_port,
+            options=("--token-file", str(files["store"])),
+        )
+        gateway = await processes.gateway_server(
+            "gateway",
+            upstreams=[model.url],
+            store=store_url,
+            port=gateway_port,
+            options=(
+                "--token-file", str(files["gateway"]),
+                "--store-token-file", str(files["store"]),
+                "--upstream-api-key-file", str(files["upstream"]),
+            ),
+        )  # fmt: skip
+        endpoint = (
+            f"http://127.0.0.1:{gateway_port}/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1"
+        )
+        async with agl.open_store(store_url, token=secrets["store"]) as store:
+            await store.add_resources({"llm": agl.LLM(endpoint=endpoint, model="policy")})
+            await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(2)])
+            runner = processes.runner(
+                "runner", store_url, write_agent(tmp_path, "calls", calling_agent()),
+                "--max-rollouts", "2",
+                "--store-token-file", str(files["store"]),
+                "--gateway-token-file", str(files["gateway"]),
+            )  # fmt: skip
+            assert runner.exit_code(timeout=120) == 0, processes.logs()
+            assert runner_summary(runner)["succeeded"] == 2
+            page = await store.query_rollouts(status=[RolloutStatus.SUCCEEDED])
+            assert page.total == 2
+            for rollout in page.rollouts:  # the gateway recorded each call in the store
+                calls = extract_calls(await store.query_spans(rollout.rollout_id)).calls
+                assert len(calls) == 2
+                assert all(call.has_tokens for call in calls)
+        # The agents' key was the gateway's token; upstream got the upstream's key only.
+        sent = {request.headers.get("authorization") for request in model.requests}
+        assert sent == {f"Bearer {secrets['upstream']}"}
+    for child in (store_server, gateway, runner):
+        for secret in secrets.values():
+            assert secret not in child.log()
+    for child in (store_server, gateway):
+        for secret in secrets.values():
+            assert secret not in _cmdline(child)
