@@ -9,6 +9,7 @@ The distributions are real, if tiny: a ``.dist-info`` folder (``METADATA`` with
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -160,4 +161,40 @@ def test_an_instrumentor_whose_requirements_are_off_warns_when_built(
     assert warning.startswith(
         f"instrumentor 'framework' comes from {name}, whose requirements are not met: "
         "agl-no-such-framework>=2 (installed: missing)"
+    )
+
+
+def test_an_adapters_own_instrument_function_warns_too(
+    install: Install, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = install("script", ["agl-no-such-framework>=3"])
+    package = name.replace("-", "_")
+    root = tmp_path / name
+    (root / package).mkdir()
+    (root / package / "__init__.py").write_text(
+        "from agl.tracing._instrumentor import script_api\n\n"
+        f'instrument, uninstrument, __getattr__ = script_api("{package}.instrumentor:Nothing", '
+        '"Nothing")\n'
+    )
+    (root / package / "instrumentor.py").write_text(
+        textwrap.dedent(INSTRUMENTOR_PLUGIN).split("@agl.hookimpl")[0]
+    )
+    (next(root.glob("*.dist-info")) / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nscript = {package}\n"
+    )
+    module = importlib.import_module(package)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="agl._requirements"),
+            agl.Tracer(MemoryStore()) as tracer,
+        ):
+            module.instrument(tracer)
+            module.uninstrument()
+    finally:
+        for loaded in [m for m in sys.modules if m.split(".")[0] == package]:
+            del sys.modules[loaded]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "agl._requirements"]
+    assert warning.startswith(
+        f"{package}.instrument comes from {name}, whose requirements are not met: "
+        "agl-no-such-framework>=3 (installed: missing)"
     )

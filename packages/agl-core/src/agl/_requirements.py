@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
-__all__ = ["UnmetRequirement", "unmet_requirements", "warn_unmet"]
+__all__ = ["UnmetRequirement", "unmet_requirements", "warn_unmet", "warn_unmet_of_package"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,18 @@ def warn_unmet(distribution: str, what: str) -> tuple[UnmetRequirement, ...]:
             "; ".join(map(str, unmet)),
         )
     return unmet
+
+
+def warn_unmet_of_package(package: str, what: str) -> tuple[UnmetRequirement, ...]:
+    """:func:`warn_unmet` for the distribution whose ``agl.plugins`` entry point lives in the
+    import package ``package`` (an adapter's own ``instrument``); none for a package that is
+    no installed plugin's."""
+    from agl.plugins import ENTRY_POINT_GROUP
+
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.module.split(".")[0] == package and entry_point.dist is not None:
+            return warn_unmet(entry_point.dist.name, what)
+    return ()
 
 
 def _version(name: str) -> str | None:
