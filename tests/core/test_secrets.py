@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,28 @@ def test_every_secret_option_names_a_missing_file(tmp_path: Path, command: tuple
     result = CliRunner().invoke(app, [*command, str(missing)], env={"COLUMNS": "400", **env})
     assert result.exit_code in (1, 2), result.output
     assert f"error: {command[-1]}: the file '{missing}' does not exist" in result.output
+
+
+# --- the trainer's runner processes ------------------------------------------------------------
+
+
+def test_a_trainers_runner_processes_use_its_own_token_whatever_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer serves its SQLite store to its runner processes with a fresh token; a token
+    file the environment names (for another store) is not theirs, nor a reason to refuse."""
+    (tmp_path / "pool_agent.py").write_text(AGENT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("AGL_STORE_TOKEN", raising=False)
+    monkeypatch.setenv("AGL_STORE_TOKEN_FILE", str(_secret_file(tmp_path / "other-token")))
+    import pool_agent  # type: ignore[import-not-found]
+
+    try:
+        trainer = agl.Trainer(run_dir=tmp_path / "run", n_runners=2, console=False)
+        result = trainer.dev(pool_agent.agent, [1, 2, 3, 4])
+    finally:
+        sys.modules.pop("pool_agent", None)
+    assert [r.reward for r in result.results] == [0.1, 0.2, 0.3, 0.4]
 
 
 # --- deployed --------------------------------------------------------------------------------
