@@ -7,6 +7,7 @@ real SQLite file and a real PostgreSQL server that asks for a password (``scram-
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 import agl
@@ -219,6 +221,28 @@ async def test_a_store_server_over_postgresql_finds_the_password_in_pgpassfile(
             await store.enqueue_rollouts([RolloutRequest(input=1, rollout_id="r1")])
             assert [r.rollout_id for r in (await store.query_rollouts()).rollouts] == ["r1"]
         assert database.password not in _cmdline(store_server)
+        # A gateway writing straight to the database names it without the password too.
+        gateway = await processes.gateway_server(
+            "gateway", upstreams=["http://127.0.0.1:9/v1"], store=database.url_of("agl"),
+            port=free_port(), options=("--log-level", "debug"),
+        )  # fmt: skip
+        gateway.process.send_signal(signal.SIGTERM)
+        gateway.exit_code(timeout=120)
+        assert f"spans to postgresql://agl:***@127.0.0.1:{database.port}/agl" in gateway.log()
+        assert database.password not in gateway.log()
+        # So does a trainer on it, in its start line and its summary's hint.
+        shown = io.StringIO()
+        trainer = agl.Trainer(
+            store=database.url_of("agl"),
+            run_dir=tmp_path / "run",
+            console=Console(file=shown, width=400),
+            progress=False,
+        )
+        assert [r.reward for r in (await trainer.dev_async(lambda task: 1.0, [1])).results] == [1.0]
+        hidden = f"postgresql://agl:***@127.0.0.1:{database.port}/agl"
+        assert f"store {hidden}" in shown.getvalue()
+        assert f"agl rollouts list --store {hidden}" in shown.getvalue()
+        assert database.password not in shown.getvalue()
         store_server.process.send_signal(signal.SIGTERM)
         store_server.exit_code(timeout=120)
         log = store_server.log()

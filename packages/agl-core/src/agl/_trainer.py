@@ -232,6 +232,7 @@ class Trainer:
     ) -> FitResult:
         from agl._metrics import MetricsLogger
         from agl._store_metrics import StoreMetrics
+        from agl.store._checks import redact
 
         started = time.monotonic()
         run_dir = self.run_dir or _default_run_dir(getattr(algorithm, "name", "run"))
@@ -275,7 +276,7 @@ class Trainer:
             self._say(
                 f"[bold]agl[/] {algorithm.name}: {len(train)} train / {len(val)} val tasks, "
                 f"{self.n_runners} runner(s) x {self.concurrency} = "
-                f"{self.n_runners * self.concurrency} rollouts at once, store {store_url}, "
+                f"{self.n_runners * self.concurrency} rollouts at once, store {redact(store_url)}, "
                 f"run dir {run_dir}"
             )
             run = asyncio.create_task(algorithm.run(ctx))

@@ -104,6 +104,7 @@ def gateway_serve(
         )
         from agl.gateway._serve import check_bind_address, serve
         from agl.plugins import open_store
+        from agl.store._checks import redact
 
         check_bind_address(host, token)
         if store.startswith("memory:"):
@@ -117,7 +118,7 @@ def gateway_serve(
         opened = open_store(store, token=store_token) if http else open_store(store)
         console.print(
             f"[bold]agl gateway[/] on http://{host}:{port} -> {', '.join(upstream)}; "
-            f"spans to {store}" + (" (token required)" if token else "")
+            f"spans to {redact(store)}" + (" (token required)" if token else "")
         )
         serve(
             upstream,
