@@ -125,7 +125,7 @@ def warn_unmet_of_package(package: str, what: str) -> tuple[UnmetRequirement, ..
     """:func:`warn_unmet` for the distribution whose ``agl.plugins`` entry point lives in the
     import package ``package`` (an adapter's own ``instrument``); none for a package that is
     no installed plugin's."""
-    from agl.plugins import ENTRY_POINT_GROUP
+    from agl._plugin_checks import ENTRY_POINT_GROUP
 
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry_point.module.split(".")[0] == package and entry_point.dist is not None:

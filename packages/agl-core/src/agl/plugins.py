@@ -33,6 +33,7 @@ import pluggy
 from agl import hookspecs
 from agl._errors import AglError, InvalidInputError
 from agl._plugin_checks import (
+    ENTRY_POINT_GROUP,
     KINDS,
     Invalid,
     Skip,
@@ -62,9 +63,6 @@ __all__ = [
     "hookimpl",
     "open_store",
 ]
-
-ENTRY_POINT_GROUP: Final = "agl.plugins"
-"""The entry point group agl plugins register under."""
 
 DISABLE_ENV: Final = "AGL_DISABLE_PLUGINS"
 """Environment variable naming plugins (entry point names, comma-separated) not to load."""
