@@ -12,7 +12,6 @@ same exception classes the other backends raise (:mod:`agl.store._http_wire`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +33,7 @@ from agl._rollouts import (
     Worker,
     new_id,
 )
+from agl._secrets import env_secret
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_ENQUEUE, SPAN_PAGE_SIZE, as_list, as_resources
@@ -79,8 +79,8 @@ class HttpStore(ClosingStore):
             reached the failed server is repeated elsewhere only when that is harmless (all
             but a dequeue, whose lost claim the store gives up on after the rollout's
             ``unresponsive_seconds``, and retries).
-        token: Bearer token for a server started with ``--token``; defaults to the
-            ``AGL_STORE_TOKEN`` environment variable.
+        token: Bearer token for a server started with one; defaults to the
+            ``AGL_STORE_TOKEN`` environment variable, or the file ``AGL_STORE_TOKEN_FILE`` names.
         timeout: Seconds to wait for an ordinary request (long polls add their own wait).
         retries: How many times to retry a request that failed in transport.
         max_span_bytes: The largest request of spans: a bigger batch goes in several (8 MiB
@@ -98,7 +98,7 @@ class HttpStore(ClosingStore):
     ) -> None:
         self._http = HttpTransport(
             [base_url(one.strip(), url) for one in url.split(",")],
-            token if token is not None else os.environ.get("AGL_STORE_TOKEN"),
+            token if token is not None else env_secret("AGL_STORE_TOKEN"),
             timeout,
             retries,
         )
