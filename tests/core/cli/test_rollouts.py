@@ -550,7 +550,7 @@ def test_show_reads_spans_the_real_tracer_and_emitters_wrote(tmp_path: Path) -> 
 
 
 def test_a_malformed_store_url_is_named_without_its_password() -> None:
-    result = invoke("list", "--store", "postgresql://agl:hunter2@localhost:badport/db")
+    result = invoke("rollouts", "list", "--store", "postgresql://agl:hunter2@localhost:badport/db")
     assert result.exit_code != 0
     assert "badport" in result.output
     assert "hunter2" not in result.output
