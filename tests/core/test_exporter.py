@@ -1,16 +1,23 @@
-"""The span sender gets every span to the store on its own schedule, and survives bad spans."""
+"""The span sender gets every span to the store on its own schedule, survives bad spans, and
+keeps what the store cannot take yet."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
+from pydantic_core import to_json
 
 import agl
 from agl import RolloutRequest, Span
 from agl.store._memory import MemoryStore
+from agl.store._sqlite import SQLiteStore
+from agl.testing.disks import fill, small_disk
+from agl.testing.processes import wait_until
 from agl.tracing._exporter import SpanSender
 
 pytestmark = pytest.mark.anyio
@@ -127,3 +134,48 @@ async def test_a_span_naming_an_unknown_rollout_no_longer_loses_its_batch(
         "spans[30] names rollout 'ro-gone', which the store does not hold"
     )
     assert "agl store refused 1 of 101 spans (the rest are stored): spans[30]" in caplog.text
+
+
+async def test_what_the_store_cannot_take_is_kept_to_the_byte_bound_and_stored_once_it_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store on a real full disk: the sender keeps the newest spans that fit its bound in
+    bytes, warns once that it drops the oldest, and stores what it kept once there is room."""
+    caplog.set_level(logging.INFO, logger="agl.tracing")
+    with small_disk(tmp_path / "disk") as disk:
+        async with SQLiteStore(disk / "agl.db") as full:
+            rollout_id, attempt_id = await attempt_of(full)
+            spans = [
+                Span.create(
+                    rollout_id=rollout_id,
+                    attempt_id=attempt_id,
+                    name=f"s{index}",
+                    attributes={"text": "x" * 10_000},
+                )
+                for index in range(30)
+            ]
+            size = len(to_json(spans[-1]))  # s20 ... s29 weigh the same
+            filler = fill(disk)
+            sender = SpanSender(full, max_batch=5, max_buffer_bytes=10 * size + size // 2)
+            try:
+                for one in spans:
+                    sender.submit(one)
+                await wait_until(
+                    lambda: (sender.stats.dropped, sender.stats.kept) == (20, 10),
+                    "the sender to keep the newest 10 spans and drop the rest",
+                    120,
+                )
+                full_warnings = [r for r in caplog.records if "buffer is full" in r.message]
+                assert len(full_warnings) == 1, caplog.text
+                assert "drop" in full_warnings[0].message
+                assert sender.stats.rejected == 0
+                filler.unlink()
+                assert await asyncio.to_thread(sender.flush, 120)
+                stored = await full.query_spans(rollout_id)
+                assert [span.name for span in stored] == [f"s{index}" for index in range(20, 30)]
+                assert sender.stats.kept == 0
+                assert sender.stats.exported == 10
+                assert "20 span(s)" in caplog.records[-1].message, caplog.text
+                assert "were dropped" in caplog.records[-1].message
+            finally:
+                await asyncio.to_thread(sender.close)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import errno
 import os
-import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from agl import RolloutRequest, Span
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 from agl.store._full import RETRY_AFTER_SECONDS
 from agl.store._sqlite import SQLiteStore
+from agl.testing import disks
+from agl.testing.disks import fill
 from agl.testing.openai_server import OpenAIServer
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer, postgres_bin_dir
@@ -42,38 +43,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs mounted in the test's folder, unmounted at the end."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small disk here (needs root): {mounted.stderr.strip()}")
-    try:
+    with disks.small_disk(tmp_path / "disk") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    """Fill the disk holding ``folder`` with one file, to the last byte; return the file."""
-    filler = folder / "filler"
-    with filler.open("wb", buffering=0) as out:
-        chunk = b"\0" * (1 << 16)
-        while True:
-            try:
-                out.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    break
-                chunk = chunk[: len(chunk) // 2]
-    return filler
 
 
 def span(rollout_id: str, attempt_id: str, name: str, blob: int = 0) -> Span:
@@ -129,6 +100,26 @@ async def test_a_sqlite_store_opened_on_a_full_disk_says_the_disk_is_full(
     filler.unlink()
     async with SQLiteStore(path) as store:
         assert [s.name for s in await store.query_spans(ids[0])] == ["kept"]
+
+
+# --- the HTTP client -------------------------------------------------------------------------
+
+
+async def test_the_client_waits_retry_after_then_raises_store_full(small_disk: Path) -> None:
+    from agl.store._serve import StoreServer
+
+    with StoreServer(f"sqlite:///{small_disk / 'agl.db'}") as server:
+        async with agl.open_store(server.url, retries=2) as store:
+            ids = await claim(store)
+            filler = fill(small_disk)
+            started = time.monotonic()
+            with pytest.raises(agl.StoreFullError, match="disk full"):
+                await store.add_spans([span(*ids, "during", blob=20_000)])
+            # Two retries, each after the server's Retry-After: a lower bound that no machine's
+            # speed can break (before, the client waited 0.05 s, then 0.1 s).
+            assert time.monotonic() - started >= 2 * RETRY_AFTER_SECONDS
+            filler.unlink()
+            assert await store.add_spans([span(*ids, "after")]) == [1]
 
 
 # --- every sender, through `agl store serve` ------------------------------------------------

@@ -8,8 +8,8 @@ and retries with backoff; once the store takes spans again, everything kept is s
 first. What is kept is bounded by its encoded size (``max_buffer_bytes``, 64 MiB by default,
 ``AGL_SPAN_BUFFER_MB`` in the environment: :mod:`agl.tracing._kept`); past it the oldest spans
 are dropped, with one warning per outage naming how many, and one more when the outage ends
-saying how many were lost in all. The spans held, kept or not yet taken by the sender thread,
-are bounded by count too (``max_buffer``). Every drop is counted in :attr:`SpanSender.stats`. A
+saying how many were lost in all. The spans kept, and those not yet taken by the sender thread,
+are each bounded by count too (``max_buffer``). Every drop is counted in :attr:`SpanSender.stats`. A
 span the store refuses as invalid (one naming an unknown rollout, say) is dropped, logged with
 its reason and counted as rejected, never retried forever; the good spans sent with it are stored
 (:func:`~agl.store._span_batches.add_spans_keeping_good`). Any other error while sending (a
@@ -78,8 +78,8 @@ class SpanSender:
     Args:
         store: Where spans go; it is used from the sender's own event loop.
         max_batch: Spans per ``add_spans`` call at most.
-        max_buffer: Spans held at most, waiting for the sender thread or kept for a retry;
-            beyond this the oldest go.
+        max_buffer: Spans waiting for the sender thread at most, and spans kept for a retry
+            at most; beyond this the oldest go.
         max_buffer_bytes: Bytes of encoded spans kept while the store cannot take them
             (unreachable, disk full); beyond this the oldest go. None: ``AGL_SPAN_BUFFER_MB``
             (MiB) from the environment, else 64 MiB.
