@@ -19,6 +19,7 @@ from agl.store._sqlite import SQLiteStore
 from agl.testing.disks import fill, small_disk
 from agl.testing.processes import wait_until
 from agl.tracing._exporter import SpanSender
+from agl.tracing._kept import buffer_bound
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +180,29 @@ async def test_what_the_store_cannot_take_is_kept_to_the_byte_bound_and_stored_o
                 assert "were dropped" in caplog.records[-1].message
             finally:
                 await asyncio.to_thread(sender.close)
+
+
+@pytest.mark.parametrize(
+    ("setting", "bound"), [(None, 64 * 2**20), ("8", 8 * 2**20), ("0.5", 2**19)]
+)
+def test_the_byte_bound_comes_from_the_environment_unless_given(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, bound: int
+) -> None:
+    if setting is None:
+        monkeypatch.delenv("AGL_SPAN_BUFFER_MB", raising=False)
+    else:
+        monkeypatch.setenv("AGL_SPAN_BUFFER_MB", setting)
+    assert buffer_bound() == bound
+    assert buffer_bound(1234) == 1234  # an argument wins
+
+
+@pytest.mark.parametrize("setting", ["lots", "0", "-1", "inf", "nan"])
+def test_a_bad_byte_bound_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, setting: str
+) -> None:
+    monkeypatch.setenv("AGL_SPAN_BUFFER_MB", setting)
+    with pytest.raises(agl.InvalidInputError, match="AGL_SPAN_BUFFER_MB must be a positive"):
+        SpanSender(MemoryStore())
+    monkeypatch.delenv("AGL_SPAN_BUFFER_MB")
+    with pytest.raises(agl.InvalidInputError, match="max_buffer_bytes must be a positive"):
+        SpanSender(MemoryStore(), max_buffer_bytes=0)
