@@ -7,8 +7,9 @@ says how). With several servers over one database, requests go to one until it f
 the next.
 
 A 503 (the server cannot serve now: its database is unreachable, its disk is full) is retried
-too, after the wait its ``Retry-After`` header asks for (at most :data:`MAX_RETRY_AFTER`
-seconds); once the retries are spent, the server's error is raised, a retryable
+too: on the next server after the backoff, or, with one server, after the wait its
+``Retry-After`` header asks for (at most :data:`MAX_RETRY_AFTER` seconds); once the retries are
+spent, the server's error is raised, a retryable
 :class:`~agl.StoreUnavailableError` (:class:`~agl.StoreFullError` for a full disk).
 """
 
@@ -138,8 +139,9 @@ class HttpTransport:
                 delay = min(delay * 2, 2.0)
                 continue
             if status == 503 and attempt < self._retries:
-                self._fail_over(base)
-                await asyncio.sleep(delay if wait_asked is None else wait_asked)
+                # Retry-After is the answering server's: another one is asked after the backoff
+                moved = self._fail_over(base)
+                await asyncio.sleep(delay if moved or wait_asked is None else wait_asked)
                 delay = min(delay * 2, 2.0)
                 continue
             return decode(status, body)
