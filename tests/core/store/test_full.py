@@ -201,8 +201,8 @@ async def test_no_sender_loses_a_span_to_a_full_disk(
             assert "refused" not in gateway.log()
             assert "disk full" in str(tracer.stats.last_error), tracer.stats.last_error
 
-            # An OpenTelemetry SDK's exporter: it retries a 503 for its timeout (10 s), waiting
-            # Retry-After between tries; the disk gets room after the first refusal.
+            # An OpenTelemetry SDK's exporter: it retries a 503 up to 6 times within its timeout,
+            # waiting Retry-After between tries; the disk gets room after the first refusal.
             answers: list[requests.Response] = []
             refused = threading.Event()
             session = requests.Session()
@@ -213,7 +213,10 @@ async def test_no_sender_loses_a_span_to_a_full_disk(
                     refused.set()
 
             session.hooks["response"].append(heard)
-            exporter = OTLPSpanExporter(endpoint=f"{store_url}/v1/traces", session=session)
+            # A timeout well past its 6 tries 2 s apart: a slow answer does not cut them short.
+            exporter = OTLPSpanExporter(
+                endpoint=f"{store_url}/v1/traces", session=session, timeout=120
+            )
             exported = asyncio.ensure_future(
                 asyncio.to_thread(exporter.export, sdk_spans(*by_otlp, 10))
             )
