@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -17,6 +20,7 @@ from agl import RolloutRequest, Span
 from agl.store._memory import MemoryStore
 from agl.store._sqlite import SQLiteStore
 from agl.testing.disks import fill, small_disk
+from agl.testing.ports import free_port
 from agl.testing.processes import wait_until
 from agl.tracing._exporter import SpanSender
 from agl.tracing._kept import buffer_bound
@@ -206,3 +210,31 @@ def test_a_bad_byte_bound_is_refused_naming_the_variable(
     monkeypatch.delenv("AGL_SPAN_BUFFER_MB")
     with pytest.raises(agl.InvalidInputError, match="max_buffer_bytes must be a positive"):
         SpanSender(MemoryStore(), max_buffer_bytes=0)
+
+
+def test_a_fresh_process_keeps_spans_while_the_store_is_away() -> None:
+    """In a process that has not serialized a span yet (a runner's), keeping one measures it:
+    a span converted from the SDK skips validation, so Span's deferred serializer is built only
+    on first use, which pydantic_core's own ``to_json`` skipped (the span was counted as
+    rejected and lost)."""
+    code = textwrap.dedent(
+        f"""
+        import time
+        import agl
+
+        store = agl.open_store("http://127.0.0.1:{free_port()}", retries=0, timeout=1)
+        tracer = agl.Tracer(store, max_backoff=0.05, flush_timeout=0.1)
+        sender = tracer.sender
+        with tracer.rollout_sync("r", "a"):  # the agent's span, converted as a runner does
+            pass
+        deadline = time.monotonic() + 120
+        while sender.stats.kept + sender.stats.rejected == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(sender.stats.kept, sender.stats.rejected)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0"], done.stderr

@@ -39,7 +39,7 @@ from agl._errors import AglError, StoreUnavailableError
 from agl._spans import Span
 from agl.store._base import Store
 from agl.store._span_batches import add_spans_keeping_good
-from agl.tracing._kept import BUFFER_ENV, KeptSpans, buffer_bound
+from agl.tracing._kept import BUFFER_ENV, KeptSpans, buffer_bound, size_text
 
 __all__ = ["SenderStats", "SpanSender"]
 
@@ -110,6 +110,7 @@ class SpanSender:
         self._first_at = 0.0  # when the oldest buffered span arrived (monotonic seconds)
         self._enqueued = 0  # spans ever put in the buffer, dropped ones included
         self._settled = 0  # spans ever taken out: sent, rejected or dropped
+        self._taken = 0  # spans the sender thread has taken and not yet settled
         self._flush_waiters = 0
         # (target, loop, future) of coroutines waiting in flush_async
         self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -205,7 +206,17 @@ class SpanSender:
                 batch = self._build(sources)
                 if not batch:
                     continue
-                loop.run_until_complete(self._send(batch))
+                try:
+                    loop.run_until_complete(self._send(batch))
+                except Exception as exc:  # never let a failure end the thread
+                    with self._lock:
+                        lost = self._taken
+                    logger.exception("agl could not send %d span(s); they are dropped", lost)
+                    self._kept.clear()
+                    self.stats.kept, self._outage_dropped = 0, (0, 0)
+                    self.stats.rejected += lost
+                    self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                    self._settle(lost)
         finally:
             release = getattr(self._store, "release_loop", None)
             if release is not None:
@@ -228,11 +239,13 @@ class SpanSender:
             count = min(len(self._buffer), self._max_batch)
             if count == 0:
                 return None
+            self._taken += count
             return [self._buffer.popleft() for _ in range(count)]
 
     def _settle(self, count: int) -> None:
         with self._lock:
             self._settled += count
+            self._taken -= count
             self._lock.notify_all()
             if not self._async_waiters:
                 return
@@ -264,6 +277,7 @@ class SpanSender:
         with self._lock:
             taken = list(self._buffer)
             self._buffer.clear()
+            self._taken += len(taken)
             return taken
 
     async def _send(self, batch: list[Span]) -> None:
@@ -280,7 +294,7 @@ class SpanSender:
                         "agl store %s cannot take spans now; keeping them (up to %s) and "
                         "retrying: %s",
                         self._store.url,
-                        _size(kept.max_bytes),
+                        size_text(kept.max_bytes),
                         exc,
                     )
                 self.stats.retries += 1
@@ -355,12 +369,12 @@ class SpanSender:
                 "agl span buffer is full (%s or %d spans the store %s could not take: %s): "
                 "the oldest are dropped, %d span(s) (%s) so far; raise max_buffer_bytes or "
                 "%s, or bring the store back",
-                _size(self._kept.max_bytes),
+                size_text(self._kept.max_bytes),
                 self._kept.max_count,
                 self._store.url,
                 exc,
                 self._outage_dropped[0],
-                _size(self._outage_dropped[1]),
+                size_text(self._outage_dropped[1]),
                 BUFFER_ENV,
             )
 
@@ -374,14 +388,10 @@ class SpanSender:
                 "not, the rest are stored",
                 self._store.url,
                 dropped,
-                _size(dropped_bytes),
+                size_text(dropped_bytes),
             )
         else:
             logger.info("agl store %s takes spans again; all kept spans stored", self._store.url)
-
-
-def _size(count: int) -> str:
-    return f"{count / (1024 * 1024):.1f} MiB" if count >= 1024 * 1024 else f"{count} bytes"
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -15,16 +15,17 @@ The bound's default is :data:`DEFAULT_MAX_BUFFER_BYTES`; the environment variabl
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 from collections.abc import Iterable
 
-from pydantic_core import to_json
+from pydantic import TypeAdapter
 
 from agl._errors import InvalidInputError
 from agl._spans import Span
 
-__all__ = ["BUFFER_ENV", "DEFAULT_MAX_BUFFER_BYTES", "KeptSpans", "buffer_bound"]
+__all__ = ["BUFFER_ENV", "DEFAULT_MAX_BUFFER_BYTES", "KeptSpans", "buffer_bound", "size_text"]
 
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
 """64 MiB of encoded spans per sender. Python holds a span in 1.5 to 5 times its encoded size:
@@ -89,8 +90,10 @@ class KeptSpans:
         Returns:
             How many spans were dropped, and their size in bytes.
         """
-        for span in spans:
-            size = len(to_json(span))
+        encode = _span_adapter().dump_json
+        # all measured first: a span that cannot be encoded raises with nothing kept
+        sized = [(span, len(encode(span, exclude_defaults=True))) for span in spans]
+        for span, size in sized:
             self._spans.append((span, size))
             self.bytes += size
         dropped = dropped_bytes = 0
@@ -117,3 +120,14 @@ class KeptSpans:
         self._spans.clear()
         self.bytes = 0
         return count
+
+
+def size_text(count: int) -> str:
+    """``count`` bytes for a log line: in MiB from one MiB up."""
+    return f"{count / (1024 * 1024):.1f} MiB" if count >= 1024 * 1024 else f"{count} bytes"
+
+
+@functools.cache
+def _span_adapter() -> TypeAdapter[Span]:
+    # Built on first use: Span defers building its serializer, and ``import agl`` stays light.
+    return TypeAdapter(Span)
