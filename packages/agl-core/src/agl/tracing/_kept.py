@@ -28,10 +28,10 @@ from agl._spans import Span
 __all__ = ["BUFFER_ENV", "DEFAULT_MAX_BUFFER_BYTES", "KeptSpans", "buffer_bound", "size_text"]
 
 DEFAULT_MAX_BUFFER_BYTES = 64 * 1024 * 1024
-"""64 MiB of encoded spans per sender. Python holds a span in 1.5 to 5 times its encoded size:
-a full buffer held 95 MiB of chat spans, 135 MiB of gateway spans (token ids as lists) and
-303 MiB of small tool spans (``benchmarks/span_buffer.py``; the sender's count bound, 100,000
-spans by default, stops the small ones at some 250 MiB)."""
+"""64 MiB of encoded spans per sender. Python holds a span in 1.5 to 6 times its encoded size:
+a full buffer held 98 MiB of chat spans, 135 MiB of gateway spans (token ids as lists) and
+400 MiB of small tool spans (``benchmarks/span_buffer.py``); the sender's count bound, 100,000
+spans by default, stops the small ones at some 250 MiB."""
 
 BUFFER_ENV = "AGL_SPAN_BUFFER_MB"
 """The environment variable that sets the bound, in MiB."""
