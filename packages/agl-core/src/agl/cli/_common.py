@@ -29,8 +29,10 @@ StoreOption = Annotated[
     typer.Option(
         "--store",
         envvar="AGL_STORE",
-        help="Store URL: sqlite:///path.db, http://host:port or memory://. A store server's "
-        "token comes from AGL_STORE_TOKEN, or the file AGL_STORE_TOKEN_FILE names.",
+        help="Store URL: sqlite:///path.db, postgresql://user@host:5432/db, http://host:port "
+        "(several servers: http://a:4747,http://b:4747) or memory://. A store server's token "
+        "comes from AGL_STORE_TOKEN, or the file AGL_STORE_TOKEN_FILE names; a database "
+        "password from PGPASSWORD or a password file.",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

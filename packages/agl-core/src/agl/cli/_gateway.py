@@ -21,7 +21,13 @@ def gateway_serve(
         list[str],
         typer.Option(help="An OpenAI-compatible base URL (…/v1); repeat for several."),
     ],
-    store: Annotated[str, typer.Option(help="Store URL the call spans go to.")],
+    store: Annotated[
+        str,
+        typer.Option(
+            help="Store URL the call spans go to: http://host:port (several servers: "
+            "http://a:4747,http://b:4747), sqlite:///path.db or postgresql://user@host:5432/db."
+        ),
+    ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 4748,
     enforce_resources: Annotated[

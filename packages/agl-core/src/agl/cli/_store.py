@@ -11,7 +11,13 @@ import typer
 from agl._errors import AglError
 from agl._secrets import secret_option
 from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
-from agl.cli._common import BodyTimeoutOption, HeaderTimeoutOption, console, fail
+from agl.cli._common import (
+    BodyTimeoutOption,
+    HeaderTimeoutOption,
+    StoreOption,
+    console,
+    fail,
+)
 
 store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 
@@ -97,7 +103,7 @@ def store_serve(
 
 @store_app.command("stats")
 def store_stats(
-    store: Annotated[str, typer.Option(help="Store URL.")] = "sqlite:///agl.db",
+    store: StoreOption = "sqlite:///agl.db",
 ) -> None:
     """Print counts of what a store holds, as JSON."""
     from agl.plugins import open_store
