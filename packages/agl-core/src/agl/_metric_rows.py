@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
+
+from agl._ids import Id
+from agl._json_numbers import Integer
 
 __all__ = ["MetricsPage", "MetricsRow"]
 
@@ -19,7 +22,8 @@ class MetricsRow(BaseModel):
     """The figures one run logged for one step.
 
     Attributes:
-        run: The run's name (the trainer uses its run directory's name); not empty.
+        run: The run's name (the trainer uses its run directory's name): an id, 1 to 256
+            characters and no control characters (:mod:`agl._ids`).
         step: The training step, from 0.
         time: When the step was logged (Unix seconds).
         values: Metric name -> value. Only finite numbers are kept: NaN and infinities (and
@@ -28,9 +32,9 @@ class MetricsRow(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
-    run: str = Field(min_length=1, max_length=256)
-    step: int = Field(ge=0)
-    time: float = Field(allow_inf_nan=False)
+    run: Id
+    step: Integer = Field(ge=0)
+    time: StrictFloat = Field(allow_inf_nan=False)
     values: dict[Annotated[str, Field(min_length=1)], float] = Field(default_factory=dict)
 
     @field_validator("values", mode="before")

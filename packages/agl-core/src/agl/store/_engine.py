@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 from agl._errors import ConflictError, InvalidInputError, NotFoundError
+from agl._ids import check_id
 from agl._metric_rows import MetricsPage
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -23,7 +24,6 @@ from agl._rollouts import (
     RolloutRequest,
     RolloutStatus,
     new_id,
-    unaddressable,
 )
 from agl._spans import Span
 from agl.store._tx import RolloutFilter, SpanKey, Transaction
@@ -343,8 +343,8 @@ def rollout_filter(
     """Check the filters of a rollout query (see :meth:`Store.query_rollouts`) and bundle them.
 
     Raises InvalidInputError naming the field: an empty ``search`` or one longer than
-    :data:`MAX_SEARCH_LENGTH`, an empty ``worker_id``, a ``since``/``until`` that is not a
-    finite number.
+    :data:`MAX_SEARCH_LENGTH`, a ``worker_id`` that is no id (:mod:`agl._ids`), a
+    ``since``/``until`` that is not a finite number.
     """
     if search is not None and (
         not isinstance(search, str) or not 1 <= len(search) <= MAX_SEARCH_LENGTH
@@ -354,12 +354,8 @@ def rollout_filter(
             field="search",
             value=search,
         )
-    if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
-        raise InvalidInputError(
-            f"worker_id must be a non-empty string, got {worker_id!r}",
-            field="worker_id",
-            value=worker_id,
-        )
+    if worker_id is not None:
+        check_id(worker_id, "worker_id")
     for field, value in (("since", since), ("until", until)):
         if value is not None and (
             isinstance(value, bool)
@@ -403,13 +399,7 @@ def add_resources(
 ) -> ResourcesUpdate:
     """Publish a set of resources as the next version; a known id returns the stored set."""
     if resources_id is not None:
-        problem = unaddressable(resources_id, "resources_id") if resources_id else None
-        if problem is not None or len(resources_id) > 128 or not resources_id:
-            raise InvalidInputError(
-                problem or f"resources_id must be 1 to 128 characters, got {len(resources_id)}",
-                field="resources_id",
-                value=resources_id,
-            )
+        check_id(resources_id, "resources_id", segment=True)
         existing = tx.resources_get(resources_id)
         if existing is not None:
             return existing
@@ -450,10 +440,8 @@ def query_resources(tx: Transaction, limit: int, offset: int) -> ResourcesPage:
 
 def query_metrics(tx: Transaction, run: str | None, limit: int, offset: int) -> MetricsPage:
     """Return one page of metrics rows (of one run, or all) in the order they were added."""
-    if run is not None and (not isinstance(run, str) or not run):
-        raise InvalidInputError(
-            f"run must be a non-empty string, got {run!r}", field="run", value=run
-        )
+    if run is not None:
+        check_id(run, "run")
     _check_page(limit, offset)
     rows, total = tx.metrics_query(run, limit, offset)
     end = offset + len(rows)

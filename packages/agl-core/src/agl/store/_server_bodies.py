@@ -7,13 +7,14 @@ same shapes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
+from agl._ids import Id, SegmentId, keys_are_ids
+from agl._json_numbers import Integer
 from agl._metric_rows import MetricsRow
 from agl._rollouts import (
-    ROLLOUT_ID_PATTERN,
     Attempt,
     AttemptStatus,
     Claim,
@@ -65,9 +66,9 @@ _POLL = (
 
 
 class DequeueBody(_Body):
-    limit: int = Field(default=1, ge=1, le=10_000)
-    worker_id: str | None = None
-    wait: float = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    limit: Integer = Field(default=1, ge=1, le=10_000)
+    worker_id: Id | None = None
+    wait: StrictFloat = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
 
 
 class ClaimsBody(_Body):
@@ -75,13 +76,13 @@ class ClaimsBody(_Body):
 
 
 class WaitBody(_Body):
-    rollout_ids: list[str]
-    timeout: float = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    rollout_ids: list[SegmentId]
+    timeout: StrictFloat = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
 
 
 class AttemptUpdateBody(_Body):
     status: AttemptStatus | None = None
-    heartbeat: bool = True
+    heartbeat: StrictBool = True
     reason: str | None = None
 
 
@@ -114,18 +115,13 @@ class ResourceJson(BaseModel):
 
 
 class ResourcesBody(_Body):
-    resources: dict[Annotated[str, Field(min_length=1)], ResourceJson] = Field(
-        description="name (not empty) -> resource, by its type tag"
+    resources: dict[Id, ResourceJson] = Field(
+        description="name (an id: not empty, no control characters) -> resource, by its type tag",
+        json_schema_extra=keys_are_ids,
     )
-    resources_id: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
-            ),
-        ]
-        | None
-    ) = Field(default=None, description="one URL path segment, as a rollout id")
+    resources_id: SegmentId | None = Field(
+        default=None, description="one URL path segment, as a rollout id"
+    )
 
 
 class MetricsBody(_Body):

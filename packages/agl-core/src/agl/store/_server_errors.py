@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from agl._errors import AglError, InvalidInputError
+from agl._ids import shown as shown_id
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -60,6 +61,8 @@ def validation_error(errors: list[Any], prefix: tuple[str, ...]) -> AglError:
     """Turn pydantic errors into one InvalidInputError naming the first offending field."""
     first = errors[0]
     loc = tuple(part for part in first.get("loc", ()) if part not in prefix)
+    if loc[-1:] == ("[key]",):  # a bad key: named by the mapping, not by itself
+        loc = loc[:-2]
     if first.get("type") == "json_invalid":
         detail = first.get("ctx", {}).get("error", first.get("msg"))
         return MalformedBody(f"request body is not valid JSON: {detail}")
@@ -68,7 +71,7 @@ def validation_error(errors: list[Any], prefix: tuple[str, ...]) -> AglError:
     shown = value if isinstance(value, str | int | float | bool) or value is None else None
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
     if shown is not None:
-        message += f" (got {shown!r})"
+        message += f" (got {shown_id(shown)})"  # cut: an over-long value is not echoed whole
     if len(errors) > 1:
         message += f"; and {len(errors) - 1} more error(s)"
     return InvalidInputError(message, field=field, value=shown)
