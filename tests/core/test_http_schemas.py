@@ -143,6 +143,9 @@ def test_a_wrong_method_is_a_405_with_allow(store_server: StoreServer) -> None:
     reply = httpx.get(f"{store_server.url}/v1/spans")
     assert reply.status_code == 405
     assert reply.headers["allow"] == "POST"
+    for path in ("/v1/metrics", "/v1/resources"):  # each served by two routes
+        reply = httpx.patch(f"{store_server.url}{path}")
+        assert (reply.status_code, reply.headers["allow"]) == (405, "GET, POST"), path
 
 
 SPAN = {

@@ -42,6 +42,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._http_allow import refuse_methods
 from agl._ids import PathId, check_id
 from agl._server_auth import BearerTokenMiddleware
 from agl.gateway import _forward as forward
@@ -174,6 +175,8 @@ class Gateway:
             max_body_bytes=self._max_body_bytes,
             error=lambda message: error_body(413, message),
         )
+
+        refuse_methods(app, lambda request: _error(405, f"{request.method} is not allowed here"))
 
         @app.get("/health")
         async def health() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from agl._errors import AglError, InvalidInputError
+from agl._http_allow import allow_header
 from agl._ids import shown as shown_id
 
 __all__ = [
@@ -96,13 +97,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return await agl_error(_, error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "NotFoundError" if exc.status_code == 404 else "InvalidInputError"
-        # exc.headers carries what the status needs (Allow, on a 405)
+        # exc.headers carries what the status needs; a 405's Allow names every route's methods
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allow_header(request)
         return JSONResponse(
             {"error": {"type": kind, "message": str(exc.detail)}},
             status_code=exc.status_code,
-            headers=exc.headers,
+            headers=headers,
         )
 
 
