@@ -127,8 +127,13 @@ def test_segments_are_decoded_once_and_checked() -> None:
 
 
 def test_the_dashboard_refuses_no_id_the_store_takes() -> None:
-    """Every id the store takes passes the pass-through: the two apply the same rule."""
+    """Every id the store takes passes the pass-through (the two apply the same rule), but for
+    a backslash, which browsers read as a slash."""
     for rollout_id in ("ro-1", "task.7", "a:b@c", "ünï", "x" * 256, "..."):
         agl.RolloutRequest(input=1, rollout_id=rollout_id)  # the store takes it
         raw = f"/v1/rollouts/{quote(rollout_id, safe='')}".encode()
         assert forwarded_segments(raw) == (["rollouts", rollout_id], None), rollout_id
+    agl.RolloutRequest(input=1, rollout_id="a\\b")
+    segments, problem = forwarded_segments(b"/v1/rollouts/a%5Cb")
+    assert segments == []
+    assert "browsers read as '/'" in str(problem)

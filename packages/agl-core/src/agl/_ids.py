@@ -9,8 +9,8 @@ server's bodies, queries and paths (its OpenAPI document states the same rule, t
 - no control characters (``U+0000``-``U+001F``, ``U+007F``-``U+009F``; NUL included): no store
   keeps NUL in text (PostgreSQL refuses it) and the others garble logs and terminals;
 - an id the HTTP API addresses as one URL path segment (rollout, attempt and resource-set ids:
-  ``segment=True``) also holds no ``/``, ``\\``, ``%``, ``?``, ``#`` or whitespace, and is not
-  ``.`` or ``..`` (browsers read ``\\`` in a URL's path as ``/``).
+  ``segment=True``) also holds no ``/``, ``%``, ``?``, ``#`` or whitespace, and is not ``.`` or
+  ``..``.
 
 A refusal is an :class:`~agl.InvalidInputError` naming the field and what is wrong, with the
 value shortened (a 100,000-character id is not echoed back whole).
@@ -50,20 +50,20 @@ _CONTROL = r"\x00-\x1f\x7f-\x9f"
 ID_PATTERN = f"^[^{_CONTROL}]+$"
 """An id as a regular expression (JSON Schema's dialect too): no control characters."""
 
-_SEGMENT_CHARS = r"/\\%?#\s" + _CONTROL
+_SEGMENT_CHARS = r"/%?#\s" + _CONTROL
 SEGMENT_PATTERN = (
     f"^(?:[^.{_SEGMENT_CHARS}]|[^.{_SEGMENT_CHARS}][^{_SEGMENT_CHARS}]"
     f"|[^{_SEGMENT_CHARS}][^.{_SEGMENT_CHARS}]|[^{_SEGMENT_CHARS}]{{3,}})$"
 )
-"""An id that is one URL path segment as it is: no ``/``, ``\\``, ``%``, ``?``, ``#``,
-whitespace or control characters, and not ``.`` or ``..``."""
+"""An id that is one URL path segment as it is: no ``/``, ``%``, ``?``, ``#``, whitespace or
+control characters, and not ``.`` or ``..``."""
 
 _CONTROL_CHAR = re.compile(f"[{_CONTROL}]")
 _SEGMENT = re.compile(SEGMENT_PATTERN)
 _SEGMENT_BAD = re.compile(f"[{_SEGMENT_CHARS}]")
 _SEGMENT_RULE = (
-    "an id must be addressable as one URL path segment (no '/', '\\', '%', '?', '#', "
-    "whitespace or control characters; not '.' or '..')"
+    "an id must be addressable as one URL path segment (no '/', '%', '?', '#', whitespace or "
+    "control characters; not '.' or '..')"
 )
 
 

@@ -144,8 +144,10 @@ def forwarded_segments(raw_path: bytes) -> tuple[list[str], str | None]:
     each decoded once; or the reason it is not passed on.
 
     Only the store's own ``/v1/...`` API is reachable: every segment, decoded, must be a name
-    the store's routes or one of its ids (:mod:`agl._ids`): no ``/``, ``\\`` or ``%``
-    (encoded separators, double encoding), not empty, ``.`` or ``..`` (``%2e%2e`` included).
+    the store's routes or one of its ids (:mod:`agl._ids`): no ``/`` or ``%`` (encoded
+    separators, double encoding), not empty, ``.`` or ``..`` (``%2e%2e`` included); and no
+    ``\\`` either, which browsers read as ``/`` (a rollout id holding one is shown by the
+    store server's own dashboard, not through this pass-through).
     """
     path = raw_path.decode("latin-1")
     if not path.startswith("/v1/"):
@@ -157,7 +159,9 @@ def forwarded_segments(raw_path: bytes) -> tuple[list[str], str | None]:
         except UnicodeDecodeError:
             problem: str | None = "is not UTF-8 once decoded"
         else:
-            problem = id_problem(segment, segment=True)
+            problem = id_problem(segment, segment=True) or (
+                "holds '\\', which browsers read as '/'" if "\\" in segment else None
+            )
         if problem is not None:
             return [], (
                 f"path segment {shown(raw)} {problem}; the dashboard passes on the store's "
