@@ -98,6 +98,7 @@ def test_the_store_server_refuses_bad_ids_at_every_door(server: StoreServer) -> 
             _refusal(http.post(path, json=body), field)
         queries = [
             ("/v1/rollouts", {"worker_id": "w\x01"}, "worker_id"),
+            ("/v1/rollouts", {"search": "a\x00"}, "search"),
             ("/v1/metrics", {"run": "r" * 257}, "run"),
             (f"/v1/rollouts/{rid}/spans", {"attempt_id": "a b"}, "attempt_id"),
         ]

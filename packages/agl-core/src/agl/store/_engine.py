@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from agl._errors import ConflictError, InvalidInputError, NotFoundError
-from agl._ids import check_id
+from agl._ids import MAX_ID_LENGTH, check_id
 from agl._metric_rows import MetricsPage
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -326,8 +326,9 @@ def get_rollouts(tx: Transaction, rollout_ids: Sequence[str]) -> list[Rollout]:
     return result
 
 
-MAX_SEARCH_LENGTH = 256
-"""The longest text a rollout query searches ids for."""
+MAX_SEARCH_LENGTH = MAX_ID_LENGTH
+"""The longest text a rollout query searches ids for: a search is checked as an id is
+(:mod:`agl._ids`), since only what an id may hold can match one."""
 
 
 def rollout_filter(
@@ -342,18 +343,12 @@ def rollout_filter(
 ) -> RolloutFilter:
     """Check the filters of a rollout query (see :meth:`Store.query_rollouts`) and bundle them.
 
-    Raises InvalidInputError naming the field: an empty ``search`` or one longer than
-    :data:`MAX_SEARCH_LENGTH`, a ``worker_id`` that is no id (:mod:`agl._ids`), a
-    ``since``/``until`` that is not a finite number.
+    Raises InvalidInputError naming the field: a ``search`` or ``worker_id`` that is no id
+    (:mod:`agl._ids`: empty, over 256 characters, control characters), a ``since``/``until``
+    that is not a finite number.
     """
-    if search is not None and (
-        not isinstance(search, str) or not 1 <= len(search) <= MAX_SEARCH_LENGTH
-    ):
-        raise InvalidInputError(
-            f"search must be text of 1 to {MAX_SEARCH_LENGTH} characters, got {search!r}",
-            field="search",
-            value=search,
-        )
+    if search is not None:
+        check_id(search, "search")  # NUL, say, matches no id (and PostgreSQL refuses it)
     if worker_id is not None:
         check_id(worker_id, "worker_id")
     for field, value in (("since", since), ("until", until)):

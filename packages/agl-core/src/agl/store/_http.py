@@ -168,6 +168,8 @@ class HttpStore(ClosingStore):
         # checked here too: one too long for a URL would not reach the server.
         if worker_id is not None:
             check_id(worker_id, "worker_id")
+        if search is not None:
+            check_id(search, "search")
         params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)

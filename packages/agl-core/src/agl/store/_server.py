@@ -56,7 +56,7 @@ from agl._rollouts import (
 from agl._server_auth import BearerTokenMiddleware
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import SPAN_PAGE_SIZE
-from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
+from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE
 from agl.store._server_bodies import (
     AttemptsBody,
     AttemptUpdateBody,
@@ -172,12 +172,8 @@ def create_app(
         limit: _Limit = 100,
         offset: _Offset = 0,
         search: Annotated[
-            str | None,
-            Query(
-                min_length=1,
-                max_length=MAX_SEARCH_LENGTH,
-                description="Text the rollout id contains (case-sensitive, taken literally).",
-            ),
+            Id | None,
+            Query(description="Text the rollout id contains (case-sensitive, taken literally)."),
         ] = None,
         worker_id: Annotated[
             Id | None, Query(description="A worker that ran one of the rollout's attempts.")

@@ -59,6 +59,7 @@ class StoreIdRules:
         calls: list[tuple[str, Callable[[str], Awaitable[Any]], list[str]]] = [
             ("worker_id", lambda bad: store.dequeue_rollouts(worker_id=bad), []),
             ("worker_id", lambda bad: store.query_rollouts(worker_id=bad), []),
+            ("search", lambda bad: store.query_rollouts(search=bad), []),
             ("rollout_id", store.get_rollout, NOT_SEGMENTS),
             ("rollout_id", store.cancel_rollout, NOT_SEGMENTS),
             ("rollout_id", store.query_attempts, NOT_SEGMENTS),
