@@ -26,14 +26,14 @@ EXPECTED = {
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
     "SamplingSettings", "DatasetSource", "ServerThread", "check_at_least", "load_tasks",
     "model_or_env", "plot_metrics", "read_metrics", "reward_metrics", "settings",
-    "CommandAgent", "CommandResult",
+    "CommandAgent", "CommandResult", "Script", "ScriptRun",
 }  # fmt: skip
 
 
 FACADES = {
     "agl.store": {
-        "ClosingStore", "HttpStore", "MemoryStore", "SQLiteStore", "Store", "StoreServer",
-        "StoreStatistics", "open_store",
+        "ClosingStore", "HttpStore", "MemoryStore", "PostgresStore", "SQLiteStore", "Store",
+        "StoreServer", "StoreStatistics", "open_store",
     },
     "agl.tracing": {
         "Instrumentor", "InstrumentorFactory", "Normalize", "NormalizingSpan",

@@ -2,9 +2,9 @@
 
 aiohttp is used directly: httpx's request and response models cost more per request than the
 store's server spends answering it. A request that failed in transport is retried with
-exponential backoff when it surely never reached the server, or when repeating it is harmless
-(the caller says which: ``idempotent``). With several servers over one database, requests go
-to one until it fails, then to the next.
+exponential backoff: every request of the store's API is safe to repeat (:mod:`agl.store._http`
+says how). With several servers over one database, requests go to one until it fails, then to
+the next.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json
 
 from agl._errors import StoreError, StoreUnavailableError
-from agl.store._http_wire import decode, never_sent, ssl_context
+from agl.store._http_wire import decode, failed_in_transport, ssl_context
 
 if TYPE_CHECKING:
     import aiohttp
@@ -91,7 +91,6 @@ class HttpTransport:
         json: Any = None,
         content: bytes | None = None,
         params: Any = None,
-        idempotent: bool = True,
         wait: float = 0.0,
     ) -> Any:
         """Send a request, retrying transport failures; return the decoded JSON body."""
@@ -113,14 +112,12 @@ class HttpTransport:
                 ) as response:
                     status, body = response.status, await response.read()
             except Exception as exc:
-                unsent = never_sent(exc)
-                if unsent is None:
+                if not failed_in_transport(exc):
                     raise
-                if not (unsent or idempotent) or attempt == self._retries:
+                if attempt == self._retries:
                     raise StoreUnavailableError(
                         f"store at {base} unreachable ({type(exc).__name__}: {exc}) "
                         f"after {attempt + 1} tries"
-                        + ("" if unsent else "; not repeated: it may have been carried out")
                     ) from exc
                 if self._fail_over(base):
                     continue  # another server answers for the same data: try it at once

@@ -1,5 +1,5 @@
 """What the HTTP store client needs beside its requests: URLs, errors back from the server,
-long polls cut to the server's limit, and which transport failures are safe to repeat."""
+long polls cut to the server's limit, and which failures happened in transport."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = [
     "BodyTooLargeError",
     "base_url",
     "decode",
-    "never_sent",
+    "failed_in_transport",
     "path_segment",
     "polls",
     "ssl_context",
@@ -48,21 +48,14 @@ def base_url(one: str, url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-def never_sent(exc: Exception) -> bool | None:
-    """Say whether a request that raised ``exc`` surely never reached the server.
-
-    Returns:
-        True when no connection was made (so sending again is always safe), False when the
-        connection failed after the request may have gone out, None when ``exc`` is not a
-        transport failure at all.
-    """
+def failed_in_transport(exc: Exception) -> bool:
+    """Whether a request that raised ``exc`` failed on its way (no connection, a connection
+    lost, no answer in time), not in what the server answered."""
     import aiohttp
 
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return True
-    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError):
-        return False
-    return None
+    return isinstance(
+        exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError
+    )
 
 
 class BodyTooLargeError(InvalidInputError):

@@ -26,6 +26,11 @@ URL options (query string), besides libpq's own: ``pool_size`` (connections per 
 default 8), ``poll_interval`` (seconds, default 1.0), ``retries`` (default 20). The schema's
 version is stored; an older schema is migrated in place when the store opens, a newer one (a
 newer agl wrote it) is refused.
+
+The password: leave it out of the URL (``postgresql://agl@db:5432/agl``), where ``ps`` would
+show it on a command line, and let libpq find it, as every PostgreSQL client does: in
+``PGPASSWORD``, or in a password file (``PGPASSFILE``, by default ``~/.pgpass``). Messages and
+logs name the URL without its password.
 """
 
 from __future__ import annotations
@@ -225,7 +230,10 @@ def _connection_error(display: str, exc: Exception) -> AglError:
             value=display,
         )
     if "password authentication failed" in lowered or "no password supplied" in lowered:
-        return StoreUnavailableError(f"PostgreSQL at {display} refused the credentials: {message}")
+        return StoreUnavailableError(
+            f"PostgreSQL at {display} refused the credentials: {message}; the password comes "
+            "from PGPASSWORD or a password file (PGPASSFILE, default ~/.pgpass, mode 0600)"
+        )
     if "does not exist" in lowered and "database" in lowered:
         return StoreUnavailableError(f"PostgreSQL at {display}: {message}; create it first")
     if "could not write" in lowered or "no space left" in lowered or "disk full" in lowered:

@@ -96,6 +96,14 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX IF NOT EXISTS agl_metrics_run ON agl_metrics (run, seq)",
     ],
+    [  # 5: the answers to requests a client may repeat (a dequeue, metrics rows), by its id
+        """CREATE TABLE IF NOT EXISTS agl_requests (
+            request_id TEXT PRIMARY KEY,
+            time DOUBLE PRECISION NOT NULL,
+            answer TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS agl_requests_time ON agl_requests (time)",
+    ],
 ]
 """Each entry takes a database from the version before it (0: empty) to its own number."""
 

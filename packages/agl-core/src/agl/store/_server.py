@@ -148,7 +148,9 @@ def create_app(
 
     @app.post("/v1/rollouts/dequeue", tags=["rollouts"])
     async def dequeue(body: DequeueBody, request: Request) -> ClaimsBody:
-        claims = await store.dequeue_rollouts(body.limit, body.worker_id, body.wait)
+        claims = await store.dequeue_rollouts(
+            body.limit, body.worker_id, body.wait, request_id=body.request_id
+        )
         if claims and await request.is_disconnected():
             # The worker hung up during its long poll: nobody would run these. Put them back.
             for claim in claims:
@@ -329,7 +331,7 @@ def _add_metrics_routes(app: FastAPI, store: Store) -> None:
 
     @app.post("/v1/metrics", tags=["metrics"], status_code=204)
     async def add_metrics(body: MetricsBody) -> None:
-        await store.add_metrics(body.rows)
+        await store.add_metrics(body.rows, request_id=body.request_id)
 
     @app.get("/v1/metrics", tags=["metrics"])
     async def query_metrics(

@@ -7,11 +7,11 @@ same shapes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, WithJsonSchema
 
-from agl._ids import Id, SegmentId, keys_are_ids
+from agl._ids import SEGMENT_SCHEMA, Id, SegmentId, keys_are_ids
 from agl._json_numbers import Integer
 from agl._metric_rows import MetricsRow
 from agl._rollouts import (
@@ -65,10 +65,21 @@ _POLL = (
 )
 
 
+_REQUEST_ID = (
+    "Makes the request safe to repeat: the same request with the same id, within an hour, is "
+    "answered as the first one was and changes nothing (one URL path segment)."
+)
+
+
+_RequestId = Annotated[str, WithJsonSchema({**SEGMENT_SCHEMA, "description": _REQUEST_ID})]
+"""Documented as a :data:`~agl._ids.SegmentId`, checked by the store (a 422 naming it)."""
+
+
 class DequeueBody(_Body):
     limit: Integer = Field(default=1, ge=1, le=10_000)
     worker_id: Id | None = None
     wait: StrictFloat = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    request_id: _RequestId | None = None
 
 
 class ClaimsBody(_Body):
@@ -126,6 +137,7 @@ class ResourcesBody(_Body):
 
 class MetricsBody(_Body):
     rows: list[MetricsRow]
+    request_id: _RequestId | None = None
 
 
 class RunsBody(_Body):

@@ -300,6 +300,20 @@ class _SQLiteTransaction:
         rows = self.db.execute("SELECT run FROM metrics GROUP BY run ORDER BY MIN(seq)")
         return [run for (run,) in rows]
 
+    # answers to requests a client may repeat
+    def request_get(self, request_id: str) -> str | None:
+        row = self.db.execute(
+            "SELECT answer FROM requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def request_put(self, request_id: str, answer: str, now: float, forget_before: float) -> None:
+        self.db.execute("DELETE FROM requests WHERE time < ?", (forget_before,))
+        self.db.execute(
+            "INSERT INTO requests (request_id, time, answer) VALUES (?, ?, ?)",
+            (request_id, now, answer),
+        )
+
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
         row = self.db.execute(

@@ -44,6 +44,7 @@ from agl.store._checks import (
     check_span_ids,
 )
 from agl.store._engine import MAX_PAGE_SIZE
+from agl.store._repeats import check_request_id
 from agl.store._storable import refuse_unstorable
 from agl.store._tx import Transaction
 
@@ -114,16 +115,23 @@ class StatefulStore(ClosingStore):
         return result
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[Claim]:
         _check_wait(wait, "wait")
         if worker_id is not None:
             check_id(worker_id, "worker_id")
+        if request_id is not None:
+            check_request_id(request_id)
 
         def attempt(tx: Transaction) -> list[Claim]:
             now = time.time()
             engine.sweep(tx, now)
-            return engine.dequeue(tx, limit, worker_id, now)
+            return engine.dequeue(tx, limit, worker_id, now, request_id)
 
         deadline = time.monotonic() + wait
         while True:
@@ -264,11 +272,15 @@ class StatefulStore(ClosingStore):
 
     # --- metrics ----------------------------------------------------------------------------
 
-    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+    async def add_metrics(
+        self, rows: Sequence[MetricsRow], *, request_id: str | None = None
+    ) -> None:
         rows = as_list(rows, "rows", MetricsRow)
         check_ids([row.run for row in rows], "rows", item_field="run")
+        if request_id is not None:
+            check_request_id(request_id)
         if rows:
-            await self._run(lambda tx: tx.metrics_insert(rows))
+            await self._run(lambda tx: engine.add_metrics(tx, rows, time.time(), request_id))
 
     async def query_metrics(
         self, run: str | None = None, limit: int = MAX_PAGE_SIZE, offset: int = 0

@@ -43,7 +43,15 @@ __all__ = [
 ]
 
 # Variables that would make a child use the tester's own servers or tokens.
-_PRIVATE_ENV = ("AGL_STORE", "AGL_STORE_TOKEN", "AGL_GATEWAY_TOKEN", "AGL_UPSTREAM_API_KEY")
+_PRIVATE_ENV = (
+    "AGL_STORE",
+    "AGL_STORE_TOKEN",
+    "AGL_STORE_TOKEN_FILE",
+    "AGL_GATEWAY_TOKEN",
+    "AGL_GATEWAY_TOKEN_FILE",
+    "AGL_UPSTREAM_API_KEY",
+    "AGL_UPSTREAM_API_KEY_FILE",
+)
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
