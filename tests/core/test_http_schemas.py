@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 import agl
+from agl._ids import ID_SCHEMA
 from agl.gateway import GatewayServer
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer
@@ -186,6 +187,10 @@ CONSTRAINTS: list[tuple[str, dict[str, Any], str, dict[str, Any], str]] = [
      {"retry_on": ["failed", "timeout", "failed"]}, "requests[0].config.retry_on"),
     ("MetricsRow/step", {"type": "integer"}, "metrics", {"step": True}, "rows[0].step"),
     ("MetricsRow/time", {"type": "number"}, "metrics", {"time": "1.5"}, "rows[0].time"),
+    ("MetricsRow/values", {"additionalProperties": {"type": "number"}}, "metrics",
+     {"values": {"reward": True}}, "rows[0].values.reward"),
+    ("MetricsRow/values", {"propertyNames": ID_SCHEMA}, "metrics", {"values": {"a\x00": 1}},
+     "rows[0].values"),
     ("Span/start_time_unix_nano", {"type": "integer"}, "spans",
      {"start_time_unix_nano": True}, "spans[0].start_time_unix_nano"),
     ("Span/sequence_id", {"minimum": 1}, "spans", {"sequence_id": 0}, "spans[0].sequence_id"),
