@@ -1,9 +1,10 @@
 """Identifiers: the one rule for every id a client chooses and a store takes.
 
-Rollout, attempt and resource-set ids, worker ids, metrics run names and resource names are
-checked by :func:`check_id` wherever they enter: every store backend's Python API, the store
-server's bodies, queries and paths (its OpenAPI document states the same rule, through
-:data:`Id` and :data:`SegmentId`), the gateway's URL path and the CLI. The rule:
+Rollout, attempt, resource-set, worker and request ids, metrics run and metric names, resource
+names and a rollout query's ``search`` are checked by :func:`check_id` wherever they enter:
+every store backend's Python API, the store server's bodies, queries and paths (its OpenAPI
+document states the same rule, through :data:`Id` and :data:`SegmentId`), the gateway's URL
+path, OTLP spans and the CLI. The rule:
 
 - text of 1 to :data:`MAX_ID_LENGTH` (256) characters;
 - no control characters (``U+0000``-``U+001F``, ``U+007F``-``U+009F``; NUL included): no store
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 256
-"""The longest id, in characters (rollout, attempt, resource-set and worker ids, run names)."""
+"""The longest id, in characters."""
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f"
 ID_PATTERN = f"^[^{_CONTROL}]+$"
