@@ -36,7 +36,7 @@ def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     agl = Path(sys.executable).with_name("agl")
     process = subprocess.Popen(
-        [str(agl), "store", "serve", "--db", f"sqlite:///{db}", "--port", str(port)],
+        [str(agl), "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

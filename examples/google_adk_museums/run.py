@@ -46,21 +46,14 @@ def guide_rl(run: agl.ScriptRun, algorithm: type[Any] | None = None) -> dict[str
     return {"guide": tiny_rl(run, corpus, algorithm=algorithm or LightningRLTorch), "*": None}
 
 
-def frozen_models(run: agl.ScriptRun) -> dict[str, agl.LLM]:
-    """``--train``: the agent that stays frozen keeps a fixed model of its own (the stand-in,
-    or ``--endpoint``'s), so it still does its part while the guide learns."""
-    if run.llm is None:
-        raise agl.InvalidInputError("--train needs a model for the frozen agent", field="llm")
-    return {"coordinator_llm": run.llm}
-
-
 SCRIPT = agl.Script(
     "google-adk-museums",
     agent=museum_guide,
     tasks=museums.questions,
     instrument=["google-adk"],
     algorithm=guide_rl,
-    resources=frozen_models,
+    # the coordinator stays frozen on a fixed model of its own: the stand-in, or --endpoint's
+    resources=lambda run: {"coordinator_llm": run.llm},
     stand_in=lambda tasks: stand_in.script(tasks, stand_in.default_plan(tasks)),
     trained="only the guide was trained",
 )

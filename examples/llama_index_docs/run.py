@@ -47,21 +47,14 @@ def writer_rl(run: agl.ScriptRun, algorithm: type[Any] | None = None) -> dict[st
     return {"writer": tiny_rl(run, corpus, algorithm=algorithm or LightningRLTorch), "*": None}
 
 
-def frozen_models(run: agl.ScriptRun) -> dict[str, agl.LLM]:
-    """``--train``: the agent that stays frozen keeps a fixed model of its own (the stand-in,
-    or ``--endpoint``'s), so it still does its part while the writer learns."""
-    if run.llm is None:
-        raise agl.InvalidInputError("--train needs a model for the frozen agent", field="llm")
-    return {"researcher_llm": run.llm}
-
-
 SCRIPT = agl.Script(
     "llama-index-docs",
     agent=lighthouse_desk,
     tasks=lighthouses.questions,
     instrument=["llama-index"],
     algorithm=writer_rl,
-    resources=frozen_models,
+    # the researcher stays frozen on a fixed model of its own: the stand-in, or --endpoint's
+    resources=lambda run: {"researcher_llm": run.llm},
     stand_in=lambda tasks: stand_in.script(tasks, stand_in.default_plan(tasks)),
     trained="only the writer was trained",
 )

@@ -70,6 +70,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ["--otlp-mb", "1", "--otlp-spans", "2000", "--spans", "2000"],
             "reading one rollout's 2,000 spans",
         ),
+        ("span_buffer.py", ["--mb", "1"], "gateway "),
     ],
     ids=[
         "store",
@@ -84,6 +85,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "learning",
         "store_scale",
         "store_memory",
+        "span_buffer",
     ],
 )
 def test_the_benchmark_runs_on_a_small_workload(

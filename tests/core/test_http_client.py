@@ -4,7 +4,8 @@ A real store server on loopback, reached through a TCP relay that can drop a con
 passing the request on (the server acts on the request, the client never hears the answer) or
 answer 503 in its place (a commit in doubt). Every request is then sent again and carried out
 once: spans are idempotent, and a dequeue or a batch of metrics rows carries a request id the
-store answers a repeat by. A request that never reached the server is always sent again.
+store answers a repeat by. A request that never reached the server is always sent again. A
+503's ``Retry-After`` is read as seconds or an HTTP date, within the client's limit.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 import agl
 from agl import RolloutRequest, Span
+from agl.store._http_transport import MAX_RETRY_AFTER, retry_after
 from agl.store._serve import StoreServer
 
 pytestmark = pytest.mark.anyio
@@ -201,3 +204,29 @@ async def test_every_accepted_rollout_id_is_addressable_over_http(server: StoreS
         attempts = await store.query_attempts(rollout_id)
         assert [a.attempt_id for a in attempts] == [claimed.attempt.attempt_id]
         assert (await store.cancel_rollout(rollout_id)).rollout_id == rollout_id
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("2", 2.0),
+        (" 0.5 ", 0.5),
+        ("-3", 0.0),  # in the past: at once
+        ("86400", 30.0),  # a day: the client's own limit
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # an HTTP date gone by
+        ("soon", None),
+        ("nan", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_read_as_seconds_or_a_date_and_capped(
+    header: str | None, seconds: float | None
+) -> None:
+    assert retry_after(header) == seconds
+
+
+def test_retry_after_reads_an_http_date_to_come() -> None:
+    from email.utils import formatdate
+
+    waited = retry_after(formatdate(time.time() + 3600, usegmt=True))  # an hour: capped
+    assert waited == MAX_RETRY_AFTER

@@ -115,3 +115,15 @@ def test_a_script_says_what_it_lacks(tmp_path: Path) -> None:
         bare.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
     with pytest.raises(agl.InvalidInputError, match="gives no algorithm"):
         script().main(["--train", "--run-dir", str(tmp_path / "run"), "--quiet"])
+
+
+def test_a_frozen_agents_model_needs_an_endpoint_without_a_stand_in(tmp_path: Path) -> None:
+    bare = agl.Script(
+        "bare",
+        agent=parrot,
+        tasks=questions,
+        algorithm=lambda run: agl.Baseline(),
+        resources=lambda run: {"checker_llm": run.llm},
+    )
+    with pytest.raises(agl.InvalidInputError, match=r"\['checker_llm'\] have no model"):
+        bare.main(["--train", "--run-dir", str(tmp_path / "run"), "--quiet"])

@@ -391,7 +391,7 @@ async def test_a_full_disk_is_named_and_what_was_stored_stays() -> None:
                 span = _span("r", claim.attempt.attempt_id, index, attributes={"blob": blob})
                 try:
                     await store.add_spans([span])
-                except agl.StoreError as exc:
+                except agl.StoreFullError as exc:  # retryable: nothing of it was written
                     error = exc
                     break
                 acknowledged += 1

@@ -93,7 +93,9 @@ class Script:
             :class:`agl.testing.openai_server.OpenAIServer`), served when no ``--endpoint``
             is given: the script then runs with nothing else installed.
         resources: The resources a training run publishes beside the algorithm's (the model
-            of an agent that stays frozen, say); a dev run publishes ``{"llm": run.llm}``.
+            of an agent that stays frozen, say: ``lambda run: {"checker_llm": run.llm}``; a
+            None there, for want of a model, is refused naming it); a dev run publishes
+            ``{"llm": run.llm}``.
         steps: ``--steps``' default.
         trained: Said after training (``"only the writer was trained"``).
         concurrency: Rollouts each runner runs at once.
@@ -108,7 +110,7 @@ class Script:
     algorithm: Callable[[ScriptRun], Any] | None = None
     train: Callable[[ScriptRun], FitResult] | None = None
     stand_in: Callable[[Sequence[Any]], Any] | None = None
-    resources: Callable[[ScriptRun], Mapping[str, Resource]] | None = None
+    resources: Callable[[ScriptRun], Mapping[str, Resource | None]] | None = None
     steps: int = 3
     trained: str = ""
     concurrency: int = 8
@@ -220,9 +222,18 @@ class Script:
             raise InvalidInputError(
                 f"script {self.name!r} trains nothing: it gives no algorithm", field="algorithm"
             )
+        given = dict(self.resources(run)) if self.resources is not None else {}
+        missing = sorted(name for name, value in given.items() if value is None)
+        if missing:
+            raise InvalidInputError(
+                f"script {self.name!r}: resources {missing} have no model: give --endpoint "
+                "(the script has no stand-in)",
+                field="endpoint",
+            )
+        resources = {name: value for name, value in given.items() if value is not None}
         trainer = Trainer(
             algorithm=self.algorithm(run),
-            resources=dict(self.resources(run)) if self.resources is not None else None,
+            resources=resources or None,
             run_dir=run.run_dir,
             concurrency=self.concurrency,
             n_runners=run.n_runners,

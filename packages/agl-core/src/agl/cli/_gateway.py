@@ -73,6 +73,16 @@ def gateway_serve(
             min=0.0, help="Longest wait, in seconds, before a recorded call is sent to the store."
         ),
     ] = 0.1,
+    span_buffer_mb: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            envvar="AGL_SPAN_BUFFER_MB",
+            help="Most recorded calls kept, in MiB of encoded spans, while the store cannot take "
+            "them (unreachable, disk full); past it the oldest are dropped, with a warning. "
+            "Default 64.",
+        ),
+    ] = None,
     max_body_mb: Annotated[
         float, typer.Option(min=0.001, help="Largest request body, in MiB (413 beyond).")
     ] = 64.0,
@@ -131,6 +141,7 @@ def gateway_serve(
             upstream_api_key=upstream_api_key,
             max_body_bytes=int(max_body_mb * 1024 * 1024),
             delay=send_delay,
+            max_buffer_bytes=None if span_buffer_mb is None else int(span_buffer_mb * 1024 * 1024),
             header_timeout=header_timeout,
             body_timeout=body_timeout,
         )

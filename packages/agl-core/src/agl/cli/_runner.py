@@ -92,6 +92,10 @@ def runner_command(
     The first line it prints names the instrumentors in use. Tokens come from files
     (--store-token-file, --gateway-token-file) or the environment (AGL_STORE_TOKEN,
     AGL_GATEWAY_TOKEN), never the command line, where `ps` shows them.
+
+    Spans the store cannot take for now (it is away, its disk is full) are kept and sent again,
+    up to AGL_SPAN_BUFFER_MB of them (64 MiB by default); a warning says what a full buffer
+    dropped.
     """
     from agl._agent import load_agent
     from agl._runner import Runner

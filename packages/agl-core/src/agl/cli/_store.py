@@ -21,8 +21,11 @@ def store_serve(
     db: Annotated[
         str,
         typer.Option(
+            "--store",
+            "--db",
             help="Store to serve: sqlite:///path.db (durable), postgresql://user@host:5432/db "
-            "(the password from PGPASSWORD or a password file) or memory://."
+            "(the password from PGPASSWORD or a password file) or memory://. --db is the "
+            "same option under its former name.",
         ),
     ] = "sqlite:///agl.db",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",

@@ -5,12 +5,22 @@ store's server spends answering it. A request that failed in transport is retrie
 exponential backoff: every request of the store's API is safe to repeat (:mod:`agl.store._http`
 says how). With several servers over one database, requests go to one until it fails, then to
 the next.
+
+A 503 (the server cannot serve now: its database is unreachable, its disk is full) is retried
+too: on the next server after the backoff, or, with one server, after the wait its
+``Retry-After`` header asks for (at most :data:`MAX_RETRY_AFTER` seconds); once the retries are
+spent, the server's error is raised, a retryable
+:class:`~agl.StoreUnavailableError` (:class:`~agl.StoreFullError` for a full disk).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
@@ -21,9 +31,12 @@ from agl.store._http_wire import decode, failed_in_transport, ssl_context
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpTransport"]
+__all__ = ["MAX_RETRY_AFTER", "HttpTransport", "retry_after"]
 
 _JSON_CONTENT = {"content-type": "application/json"}
+
+MAX_RETRY_AFTER = 30.0
+"""Longest wait, in seconds, the client grants a server's ``Retry-After``."""
 
 
 class HttpTransport:
@@ -111,6 +124,7 @@ class HttpTransport:
                     allow_redirects=False,
                 ) as response:
                     status, body = response.status, await response.read()
+                    wait_asked = retry_after(response.headers.get("retry-after"))
             except Exception as exc:
                 if not failed_in_transport(exc):
                     raise
@@ -125,8 +139,9 @@ class HttpTransport:
                 delay = min(delay * 2, 2.0)
                 continue
             if status == 503 and attempt < self._retries:
-                self._fail_over(base)
-                await asyncio.sleep(delay)
+                # Retry-After is the answering server's: another one is asked after the backoff
+                moved = self._fail_over(base)
+                await asyncio.sleep(delay if moved or wait_asked is None else wait_asked)
                 delay = min(delay * 2, 2.0)
                 continue
             return decode(status, body)
@@ -167,3 +182,23 @@ class HttpTransport:
                 await session.close()
             elif not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(session.close(), loop)
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), at most
+    :data:`MAX_RETRY_AFTER`; None without a readable one."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

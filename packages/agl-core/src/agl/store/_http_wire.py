@@ -8,7 +8,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic_core import from_json
 
-from agl._errors import ERRORS_BY_NAME, AglError, InvalidInputError, StoreError
+from agl._errors import (
+    ERRORS_BY_NAME,
+    AglError,
+    InvalidInputError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agl._ids import check_id
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS
 
@@ -73,6 +79,11 @@ def decode(status: int, body: bytes) -> Any:
         return data
     info = data.get("error") if isinstance(data, dict) else None
     if not isinstance(info, dict):
+        if status == 503:  # a proxy's, say: the server behind it cannot serve now
+            raise StoreUnavailableError(
+                f"store answered 503 (unavailable, after the client's retries): "
+                f"{body.decode(errors='replace')[:200]!r}"
+            )
         raise StoreError(
             f"store answered {status} without an agl error body: "
             f"{body.decode(errors='replace')[:200]!r}"

@@ -5,7 +5,9 @@ chunk at a time, so a large export is never all in memory as agl spans at once. 
 does not parse is a 400 (OTLP says senders must not retry it); a span that cannot be read, or
 that the store refuses (an unknown rollout), is counted in OTLP's ``partial_success``, named by
 its path in the request, while the good spans sent with it are stored. A request none of whose
-spans could be stored is a 400 naming why.
+spans could be stored is a 400 naming why. A store that cannot take spans now (its disk full,
+its database unreachable) is a 503 with ``Retry-After``, which OTLP exporters retry; spans of the
+request stored before it are not stored twice when it comes again.
 """
 
 from __future__ import annotations

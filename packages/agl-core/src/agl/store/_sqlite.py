@@ -33,6 +33,7 @@ from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
 from agl.store._base import StoreStatistics
+from agl.store._full import full_disk_error, sqlite_detail, sqlite_disk_full
 from agl.store._sqlite_schema import prepare
 from agl.store._sqlite_writer import Writer
 from agl.store._stateful import StatefulStore, statistics_from_counts
@@ -392,6 +393,8 @@ class SQLiteStore(StatefulStore):
             prepare(connection, path)
         except sqlite3.DatabaseError as exc:
             connection.close()
+            if sqlite_disk_full(exc, path):
+                raise full_disk_error(self.url, str(path), sqlite_detail(exc)) from exc
             raise InvalidInputError(
                 f"{str(path)!r} is not a usable SQLite database: {exc}",
                 field="path",
@@ -401,7 +404,7 @@ class SQLiteStore(StatefulStore):
             connection.close()
             raise
         self.path = path
-        self._writer = Writer(connection, _SQLiteTransaction(connection))
+        self._writer = Writer(connection, _SQLiteTransaction(connection), path)
         self._writer.start()
 
     @classmethod
@@ -457,7 +460,13 @@ class SQLiteStore(StatefulStore):
         spans of a large store takes a while, and every other request would wait behind it."""
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
-        return statistics_from_counts(await asyncio.to_thread(_counts, self.path))
+        try:
+            counts = await asyncio.to_thread(_counts, self.path)
+        except sqlite3.Error as exc:
+            if sqlite_disk_full(exc, self.path):
+                raise full_disk_error(self.url, str(self.path), sqlite_detail(exc)) from None
+            raise StoreError(f"SQLite store {self.url!r} could not count: {exc}") from None
+        return statistics_from_counts(counts)
 
     async def close(self) -> None:
         if not self._closed:

@@ -116,6 +116,15 @@ class PostgresServer:
         return path
 
     @property
+    def small_disk_here(self) -> Path:
+        """:attr:`small_disk` as this process reaches it, through the running server's mount
+        namespace (root only): for a test to fill that disk with a file of its own, and to free
+        it again."""
+        if self.pid is None:
+            raise RuntimeError("the server is not running: its small disk is not mounted")
+        return Path(f"/proc/{self.pid}/root") / self.small_disk.relative_to(self.small_disk.anchor)
+
+    @property
     def pid(self) -> int | None:
         """The server's process id while it runs (its backends are its children)."""
         return self._process.pid if self._process is not None else None

@@ -191,9 +191,9 @@ class Processes:
         env: Mapping[str, str] | None = None,
         netns: str | None = None,
     ) -> Child:
-        """Start ``agl store serve --db DB`` and wait until it answers."""
+        """Start ``agl store serve --store DB`` and wait until it answers."""
         child = self.start(
-            name, "store", "serve", "--db", db, "--host", host, "--port", str(port),
+            name, "store", "serve", "--store", db, "--host", host, "--port", str(port),
             "--log-level", "warning", *options, env=env, netns=netns,
         )  # fmt: skip
         return await self.serving(child, f"http://{_url_host(host)}:{port}/health", netns=netns)
