@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 import agl
+from agl._ids import ID_SCHEMA
 from agl.gateway import GatewayServer
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer
@@ -143,6 +144,109 @@ def test_a_wrong_method_is_a_405_with_allow(store_server: StoreServer) -> None:
     reply = httpx.get(f"{store_server.url}/v1/spans")
     assert reply.status_code == 405
     assert reply.headers["allow"] == "POST"
+    for path in ("/v1/metrics", "/v1/resources"):  # each served by two routes
+        reply = httpx.patch(f"{store_server.url}{path}")
+        assert (reply.status_code, reply.headers["allow"]) == (405, "GET, POST"), path
+
+
+SPAN = {
+    "rollout_id": "ro-x",
+    "attempt_id": "at-x",
+    "trace_id": "0" * 32,
+    "span_id": "0" * 16,
+    "name": "s",
+    "start_time_unix_nano": 1,
+}
+
+# (where in the document, what it states, a request breaking it: path, body, the field named)
+CONSTRAINTS: list[tuple[str, dict[str, Any], str, dict[str, Any], str]] = [
+    ("DequeueBody/limit", {"type": "integer"}, "dequeue", {"limit": True}, "limit"),
+    ("DequeueBody/limit", {"type": "integer"}, "dequeue", {"limit": "1"}, "limit"),
+    ("DequeueBody/limit", {"minimum": 1}, "dequeue", {"limit": 0}, "limit"),
+    ("DequeueBody/wait", {"type": "number"}, "dequeue", {"wait": True}, "wait"),
+    ("DequeueBody/wait", {"minimum": 0}, "dequeue", {"wait": -0.5}, "wait"),
+    ("DequeueBody/worker_id", {"maxLength": 256}, "dequeue", {"worker_id": "w" * 257},
+     "worker_id"),
+    ("DequeueBody/worker_id", {"pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$"}, "dequeue",
+     {"worker_id": "w\x00"}, "worker_id"),
+    ("WaitBody/timeout", {"type": "number"}, "wait", {"rollout_ids": [], "timeout": False},
+     "timeout"),
+    ("AttemptUpdateBody/heartbeat", {"type": "boolean"}, "attempt", {"heartbeat": 1},
+     "heartbeat"),
+    ("RolloutConfig/timeout_seconds", {"minimum": 0.1}, "enqueue",
+     {"timeout_seconds": 5e-324}, "requests[0].config.timeout_seconds"),
+    ("RolloutConfig/timeout_seconds", {"type": "number"}, "enqueue",
+     {"timeout_seconds": True}, "requests[0].config.timeout_seconds"),
+    ("RolloutConfig/unresponsive_seconds", {"minimum": 0.1}, "enqueue",
+     {"unresponsive_seconds": 0.05}, "requests[0].config.unresponsive_seconds"),
+    ("RolloutConfig/max_attempts", {"type": "integer"}, "enqueue", {"max_attempts": True},
+     "requests[0].config.max_attempts"),
+    ("RolloutConfig/max_attempts", {"minimum": 1}, "enqueue", {"max_attempts": 0},
+     "requests[0].config.max_attempts"),
+    ("RolloutConfig/retry_on", {"uniqueItems": True}, "enqueue",
+     {"retry_on": ["failed", "timeout", "failed"]}, "requests[0].config.retry_on"),
+    ("MetricsRow/step", {"type": "integer"}, "metrics", {"step": True}, "rows[0].step"),
+    ("MetricsRow/time", {"type": "number"}, "metrics", {"time": "1.5"}, "rows[0].time"),
+    ("MetricsRow/values", {"additionalProperties": {"type": "number"}}, "metrics",
+     {"values": {"reward": True}}, "rows[0].values.reward"),
+    ("MetricsRow/values", {"propertyNames": ID_SCHEMA}, "metrics", {"values": {"a\x00": 1}},
+     "rows[0].values"),
+    ("Span/start_time_unix_nano", {"type": "integer"}, "spans",
+     {"start_time_unix_nano": True}, "spans[0].start_time_unix_nano"),
+    ("Span/sequence_id", {"minimum": 1}, "spans", {"sequence_id": 0}, "spans[0].sequence_id"),
+]  # fmt: skip
+
+
+def _stated(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    model, field = where.split("/")
+    schema: dict[str, Any] = doc["components"]["schemas"][model]["properties"][field]
+    branches = [b for b in schema.get("anyOf", [schema]) if b.get("type") != "null"]
+    return {**schema, **branches[0]}
+
+
+def _request(kind: str, change: dict[str, Any], rollout_path: str) -> tuple[str, dict[str, Any]]:
+    if kind == "enqueue":
+        return "/v1/rollouts/enqueue", {"requests": [{"input": 1, "config": change}]}
+    if kind == "metrics":
+        return "/v1/metrics", {"rows": [{"run": "r", "step": 0, "time": 0.0, **change}]}
+    if kind == "spans":
+        return "/v1/spans", {"spans": [{**SPAN, **change}]}
+    if kind == "attempt":
+        return rollout_path, change
+    return f"/v1/rollouts/{kind}", change
+
+
+def test_each_limit_the_document_states_the_server_enforces(store_server: StoreServer) -> None:
+    """What the OpenAPI document says a field takes is what the server takes: a boolean is no
+    number, a duplicated retry_on is refused, a time limit under its minimum is refused naming
+    it. For each constraint: the document states it, and a request breaking it is a 422 (the
+    server's answer to a bad field) naming the field, with nothing stored."""
+    import httpx
+
+    with httpx.Client(base_url=store_server.url, timeout=30) as http:
+        doc = http.get("/openapi.json").json()
+        [rollout] = http.post("/v1/rollouts/enqueue", json={"requests": [{"input": 0}]}).json()[
+            "rollouts"
+        ]
+        [claim] = http.post("/v1/rollouts/dequeue", json={"limit": 1.0}).json()["claims"]
+        attempt = f"/v1/rollouts/{rollout['rollout_id']}/attempts/{claim['attempt']['attempt_id']}"
+        before = http.get("/v1/statistics").json()
+        for where, states, kind, change, field in CONSTRAINTS:
+            stated = _stated(doc, where)
+            assert {key: stated.get(key) for key in states} == states, (where, stated)
+            path, body = _request(kind, change, attempt)
+            reply = http.post(path, json=body)
+            assert reply.status_code == 422, (where, change, reply.text[:300])
+            error = reply.json()["error"]
+            assert error["field"] == field, (where, error)
+            if "minimum" in states:
+                assert f"{states['minimum']:g}" in error["message"], error["message"]
+        assert http.get("/v1/statistics").json() == before
+        # the edges themselves are taken
+        edge = {"timeout_seconds": 0.1, "unresponsive_seconds": 0.1, "max_attempts": 2.0}
+        taken = http.post("/v1/rollouts/enqueue", json={"requests": [{"input": 1, "config": edge}]})
+        assert taken.status_code == 200, taken.text
+        assert taken.json()["rollouts"][0]["config"]["max_attempts"] == 2
 
 
 def test_the_http_client_waits_longer_than_one_poll_by_polling_again() -> None:

@@ -497,10 +497,28 @@ def test_missing_rollout_id() -> None:
 
 def test_rollout_id_that_is_not_a_string() -> None:
     request = encode_spans(record({AGL_ROLLOUT_ID: 7, AGL_ATTEMPT_ID: "a"}))
-    with pytest.raises(InvalidInputError, match="not a non-empty string") as caught:
+    with pytest.raises(InvalidInputError, match="must be text, got int") as caught:
         decode_traces(request.SerializeToString(), PROTOBUF)
     assert caught.value.field == "resource_spans[0].scope_spans[0].spans[0].attributes"
     assert caught.value.value == 7
+
+
+@pytest.mark.parametrize(
+    ("rollout_id", "said"),
+    [
+        ("r\x00", "holds control characters ('\\x00')"),
+        ("r" * 100_003, "is 100,003 characters long"),
+        ("a/b", "one URL path segment"),
+    ],
+)
+def test_a_rollout_id_no_store_takes_is_refused_naming_it(rollout_id: str, said: str) -> None:
+    """The ids of OTLP spans follow the one rule of every store (agl._ids)."""
+    request = encode_spans(record({AGL_ROLLOUT_ID: rollout_id, AGL_ATTEMPT_ID: "a"}))
+    with pytest.raises(InvalidInputError) as caught:
+        decode_traces(request.SerializeToString(), PROTOBUF)
+    assert caught.value.field == "resource_spans[0].scope_spans[0].spans[0].attributes"
+    assert said in caught.value.message
+    assert len(caught.value.message) < 400
 
 
 def test_one_bad_span_among_good_ones_rejects_the_request() -> None:

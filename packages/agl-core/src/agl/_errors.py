@@ -62,7 +62,7 @@ class AglError(Exception):
         if self.field is not None:
             body["field"] = self.field
         if self.value is not None:
-            body["value"] = _shorten(self.value)
+            body["value"] = shorten(self.value)
         return body
 
 
@@ -133,7 +133,7 @@ ERRORS_BY_NAME: dict[str, type[AglError]] = {
 }
 
 
-def _shorten(value: Any, limit: int = 200) -> Any:
+def shorten(value: Any, limit: int = 200) -> Any:
     """Return ``value`` itself when it is a short scalar, else a truncated ``repr`` (NaN and
     infinities too: JSON has no number for them)."""
     if isinstance(value, float) and not math.isfinite(value):

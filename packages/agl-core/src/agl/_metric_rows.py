@@ -8,9 +8,12 @@ can draw a run's reward and loss curves without its run directory.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
+
+from agl._ids import Id, keys_are_ids
+from agl._json_numbers import Integer
 
 __all__ = ["MetricsPage", "MetricsRow"]
 
@@ -19,19 +22,21 @@ class MetricsRow(BaseModel):
     """The figures one run logged for one step.
 
     Attributes:
-        run: The run's name (the trainer uses its run directory's name); not empty.
+        run: The run's name (the trainer uses its run directory's name): an id, 1 to 256
+            characters and no control characters (:mod:`agl._ids`).
         step: The training step, from 0.
         time: When the step was logged (Unix seconds).
-        values: Metric name -> value. Only finite numbers are kept: NaN and infinities (and
-            JSON's ``null``, which stands for them) are dropped, not stored.
+        values: Metric name (an id, as ``run``) -> value, a number (``true`` is not 1). Only
+            finite numbers are kept: NaN and infinities (and JSON's ``null``, which stands for
+            them) are dropped, not stored.
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
-    run: str = Field(min_length=1, max_length=256)
-    step: int = Field(ge=0)
-    time: float = Field(allow_inf_nan=False)
-    values: dict[Annotated[str, Field(min_length=1)], float] = Field(default_factory=dict)
+    run: Id
+    step: Integer = Field(ge=0)
+    time: StrictFloat = Field(allow_inf_nan=False)
+    values: dict[Id, StrictFloat] = Field(default_factory=dict, json_schema_extra=keys_are_ids)
 
     @field_validator("values", mode="before")
     @classmethod

@@ -43,11 +43,20 @@ Rollout statuses::
 from __future__ import annotations
 
 import os
-import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictFloat,
+    field_validator,
+)
+
+from agl._ids import SegmentId
+from agl._json_numbers import Integer
 
 __all__ = [
     "Attempt",
@@ -115,23 +124,35 @@ DEFAULT_UNRESPONSIVE_SECONDS = 300.0
 """How long an attempt may go without a heartbeat by default (:class:`RolloutConfig`)."""
 
 
+MIN_LIMIT_SECONDS = 0.1
+"""The shortest ``timeout_seconds`` / ``unresponsive_seconds`` a rollout may set: less is no
+time to start an attempt, let alone to hear from it."""
+
+
 class RolloutConfig(BaseModel):
-    """How the store runs a rollout: time limits and retries."""
+    """How the store runs a rollout: time limits and retries.
+
+    Numbers must be numbers (``true`` is not 1), time limits at least :data:`MIN_LIMIT_SECONDS`
+    (and finite: no store keeps infinity), and ``retry_on`` names each outcome once: what the
+    store server's OpenAPI document says, the server and every backend enforce.
+    """
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
-    timeout_seconds: float | None = Field(
-        default=None, gt=0, description="An attempt running longer than this is timed out."
+    timeout_seconds: StrictFloat | None = Field(
+        default=None,
+        ge=MIN_LIMIT_SECONDS,
+        description="An attempt running longer than this is timed out.",
     )
-    unresponsive_seconds: float | None = Field(
+    unresponsive_seconds: StrictFloat | None = Field(
         default=DEFAULT_UNRESPONSIVE_SECONDS,
-        gt=0,
+        ge=MIN_LIMIT_SECONDS,
         description="An attempt with no heartbeat for this long is marked unresponsive (None: "
         "never). Runners beat at least every 10 s, and at a third of this limit when it is "
         "shorter; the default gives a rollout held by a runner that died (SIGKILL, a lost "
         "host, a worker that hung up mid-claim) back to the store within 5 minutes.",
     )
-    max_attempts: int = Field(default=1, ge=1, description="Tries in all, the first included.")
+    max_attempts: Integer = Field(default=1, ge=1, description="Tries in all, the first included.")
     retry_on: frozenset[AttemptStatus] = Field(
         default=RETRYABLE_OUTCOMES,
         description="Attempt outcomes that lead to another attempt while tries are left.",
@@ -141,6 +162,18 @@ class RolloutConfig(BaseModel):
             "uniqueItems": True,
         },
     )
+
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _each_outcome_once(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            seen: set[object] = set()
+            for item in value:
+                key = getattr(item, "value", item)
+                if key in seen:
+                    raise ValueError(f"names {key!r} twice; name each outcome once")
+                seen.add(key)
+        return value
 
     @field_validator("retry_on")
     @classmethod
@@ -154,38 +187,14 @@ class RolloutConfig(BaseModel):
         return value
 
 
-_ID_CHARS = r"/%?#\s\x00-\x1f\x7f-\x9f"
-ROLLOUT_ID_PATTERN = (
-    f"^(?:[^.{_ID_CHARS}]|[^.{_ID_CHARS}][^{_ID_CHARS}]|[^{_ID_CHARS}][^.{_ID_CHARS}]"
-    f"|[^{_ID_CHARS}]{{3,}})$"
-)
-"""What a rollout id may be: one URL path segment as it is (no ``/``, ``%``, ``?``, ``#``,
-whitespace or control characters), and not ``.`` or ``..``. In the store server's OpenAPI
-document too, so clients and fuzzers know."""
-_ROLLOUT_ID = re.compile(ROLLOUT_ID_PATTERN)
-_ID_CHAR = re.compile(f"[^{_ID_CHARS}]")
-
-
-def unaddressable(value: str, name: str) -> str | None:
-    """Why the id ``value`` (of field ``name``) cannot be one URL path segment, or None if it
-    can: every id the store serves by URL (rollouts, resource sets) must be."""
-    if _ROLLOUT_ID.fullmatch(value):
-        return None
-    bad = sorted({c for c in value if not _ID_CHAR.fullmatch(c)})
-    what = f"holds {', '.join(repr(c) for c in bad)}" if bad else f"is {value!r}"
-    return (
-        f"{name} {value!r} {what}: an id must be addressable as one URL path segment (no '/', "
-        "'%', '?', '#', whitespace or control characters; not '.' or '..')"
-    )
-
-
 class RolloutRequest(BaseModel):
     """What to enqueue: one task for the agent.
 
     Give ``rollout_id`` to make the enqueue idempotent: enqueueing an id the store already holds
     returns the stored rollout and changes nothing, so a retried request never runs a task twice.
-    An id is one URL path segment of the HTTP store's API, the same in every backend: no ``/``,
-    ``%``, ``?``, ``#``, whitespace or control characters, and not ``.`` or ``..``.
+    An id is one URL path segment of the HTTP store's API, the same in every backend: 1 to 256
+    characters, no ``/``, ``%``, ``?``, ``#``, whitespace or control characters, and not ``.``
+    or ``..`` (:mod:`agl._ids`).
     """
 
     model_config = ConfigDict(defer_build=True, extra="forbid")
@@ -194,24 +203,8 @@ class RolloutRequest(BaseModel):
     mode: RolloutMode = "train"
     config: RolloutConfig = Field(default_factory=RolloutConfig)
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    resources_id: str | None = None
-    rollout_id: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
-            ),
-        ]
-        | None
-    ) = Field(default=None, min_length=1, max_length=128)
-
-    @field_validator("rollout_id")
-    @classmethod
-    def _addressable(cls, value: str | None) -> str | None:
-        problem = None if value is None else unaddressable(value, "rollout_id")
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+    resources_id: SegmentId | None = None
+    rollout_id: SegmentId | None = None
 
 
 class Rollout(BaseModel):

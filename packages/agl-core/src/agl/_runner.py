@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 from agl._agent import AttemptInputs, LitAgent, as_agent, normalize_result
 from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
 from agl._heartbeats import Heartbeats
+from agl._ids import check_id
 from agl._loop_watch import LoopWatch
 from agl._resources import ResourcesUpdate
 from agl._rollouts import AttemptStatus, Claim, new_id
@@ -101,7 +102,8 @@ class Runner:
             ``"package.module:function"`` string.
         store: A store, or its URL (then the runner opens and closes it).
         concurrency: Rollouts run at once by this runner.
-        worker_id: The runner's name in the store (default: host, pid and a random suffix).
+        worker_id: The runner's name in the store, an id (:mod:`agl._ids`: 1 to 256
+            characters, no control characters; default: host, pid and a random suffix).
         heartbeat_interval: Seconds between heartbeats; by default a third of the shortest
             ``unresponsive_seconds`` among running rollouts, and at most 10 s.
         poll_wait: Seconds one long-poll for new rollouts waits; also the longest a stop waits
@@ -156,8 +158,10 @@ class Runner:
         self._store_arg = store
         self.store: Store | None = None if isinstance(store, str) else store
         self.concurrency = concurrency
-        self.worker_id = worker_id or (
+        self.worker_id = (
             f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
+            if worker_id is None
+            else check_id(worker_id, "worker_id")  # refused here, not at the first claim
         )
         self.heartbeat_interval = heartbeat_interval
         self.poll_wait = poll_wait

@@ -16,6 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from agl._ids import SegmentId
+from agl._json_numbers import NOT_BOOL_OR_TEXT, Integer
+
 __all__ = [
     "Span",
     "SpanEvent",
@@ -65,7 +68,7 @@ class SpanEvent(BaseModel):
     model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str
-    time_unix_nano: int = Field(ge=0)
+    time_unix_nano: Integer = Field(ge=0)
     attributes: Attributes = Field(default_factory=dict)
 
 
@@ -92,10 +95,10 @@ class Span(BaseModel):
 
     model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
-    rollout_id: str = Field(min_length=1)
-    attempt_id: str = Field(min_length=1)
-    sequence_id: int | None = Field(
-        default=None, ge=1, description="Assigned by the store; ignored on input."
+    rollout_id: SegmentId
+    attempt_id: SegmentId
+    sequence_id: Annotated[int, Field(ge=1), NOT_BOOL_OR_TEXT] | None = Field(
+        default=None, description="Assigned by the store; ignored on input."
     )
     trace_id: TraceId
     span_id: SpanId
@@ -103,8 +106,8 @@ class Span(BaseModel):
     name: str
     kind: SpanKind = SpanKind.INTERNAL
     status: SpanStatus = Field(default_factory=SpanStatus)
-    start_time_unix_nano: int = Field(ge=0)
-    end_time_unix_nano: int | None = Field(default=None, ge=0)
+    start_time_unix_nano: Integer = Field(ge=0)
+    end_time_unix_nano: Annotated[int, Field(ge=0), NOT_BOOL_OR_TEXT] | None = None
     attributes: Attributes = Field(default_factory=dict)
     events: list[SpanEvent] = Field(default_factory=list)
     links: list[SpanLink] = Field(default_factory=list)

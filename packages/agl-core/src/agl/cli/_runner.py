@@ -26,7 +26,11 @@ def runner_command(
     ],
     concurrency: Annotated[int, typer.Option(help="Rollouts run at once.", min=1)] = 16,
     worker_id: Annotated[
-        str | None, typer.Option(help="This runner's name in the store (default: host-pid).")
+        str | None,
+        typer.Option(
+            help="This runner's name in the store: 1 to 256 characters, no control characters "
+            "(default: host-pid)."
+        ),
     ] = None,
     max_rollouts: Annotated[
         int | None, typer.Option(help="Exit after claiming this many rollouts.", min=1)

@@ -17,11 +17,14 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from agl._errors import AglError, NotFoundError
+from agl._http_allow import refuse_methods
+from agl._ids import id_problem, shown
 from agl._server_auth import bearer_token
 from agl.dashboard._views import create_views
 from agl.store._base import Store
@@ -73,6 +76,7 @@ def create_dashboard_app(store_url: str) -> FastAPI:
     API as on the store server. Anything but ``GET`` is refused: the dashboard is read-only.
     """
     import aiohttp
+    from yarl import URL
 
     from agl.store._http import HttpStore
 
@@ -108,24 +112,21 @@ def create_dashboard_app(store_url: str) -> FastAPI:
     app.include_router(create_views(store_for))
     _add_pages(app)
 
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    @app.get("/v1/{path:path}", include_in_schema=False)
     async def passthrough(request: Request, path: str) -> Response:
-        if request.method != "GET":
+        segments, problem = forwarded_segments(request.scope.get("raw_path") or b"")
+        if problem is not None:
             return JSONResponse(
-                {
-                    "error": {
-                        "type": "InvalidInputError",
-                        "message": "the dashboard is read-only: only GET reaches the store",
-                    }
-                },
-                status_code=405,
-                headers={"Allow": "GET"},
+                {"error": {"type": "InvalidInputError", "message": problem, "field": "path"}},
+                status_code=400,
             )
         headers = {}
         if "authorization" in request.headers:
             headers["Authorization"] = request.headers["authorization"]
+        # encoded=True: the path goes as built here, with nothing resolved or decoded again
+        url = URL(f"{base}/v1/{'/'.join(quote(s, safe='') for s in segments)}", encoded=True)
         async with session["http"].get(
-            f"{base}/v1/{path}", params=list(request.query_params.multi_items()), headers=headers
+            url, params=list(request.query_params.multi_items()), headers=headers
         ) as upstream:
             body = await upstream.read()
             kept = {
@@ -138,7 +139,47 @@ def create_dashboard_app(store_url: str) -> FastAPI:
     return app
 
 
+def forwarded_segments(raw_path: bytes) -> tuple[list[str], str | None]:
+    """The segments after ``/v1/`` of a request's path as the client sent it (percent-encoded),
+    each decoded once; or the reason it is not passed on.
+
+    Only the store's own ``/v1/...`` API is reachable: every segment, decoded, must be a name
+    the store's routes or one of its ids (:mod:`agl._ids`): no ``/`` or ``%`` (encoded
+    separators, double encoding), not empty, ``.`` or ``..`` (``%2e%2e`` included); and no
+    ``\\`` either, which browsers read as ``/`` (a rollout id holding one is shown by the
+    store server's own dashboard, not through this pass-through).
+    """
+    path = raw_path.decode("latin-1")
+    if not path.startswith("/v1/"):
+        return [], "the dashboard passes on /v1/... paths only"
+    segments = []
+    for raw in path.removeprefix("/v1/").split("/"):
+        try:
+            segment = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            problem: str | None = "is not UTF-8 once decoded"
+        else:
+            problem = id_problem(segment, segment=True) or (
+                "holds '\\', which browsers read as '/'" if "\\" in segment else None
+            )
+        if problem is not None:
+            return [], (
+                f"path segment {shown(raw)} {problem}; the dashboard passes on the store's "
+                "own /v1/... paths only"
+            )
+        segments.append(segment)
+    return segments, None
+
+
 def _install_errors(app: FastAPI) -> None:
+    def read_only(request: Request) -> Response:
+        message = "the dashboard is read-only: only GET reaches the store"
+        return JSONResponse(
+            {"error": {"type": "InvalidInputError", "message": message}}, status_code=405
+        )
+
+    refuse_methods(app, read_only)
+
     @app.exception_handler(AglError)
     async def agl_error(_: Request, exc: AglError) -> JSONResponse:
         # the store's refusal, passed on as the store said it (401 stays 401)

@@ -29,6 +29,7 @@ from fastapi import APIRouter, Request
 
 from agl import semconv
 from agl._errors import NotFoundError
+from agl._ids import SegmentId
 from agl._resources import ResourcesUpdate
 from agl._results import fetch_results, reward_of, summarize
 from agl._rollouts import Rollout
@@ -59,14 +60,14 @@ def create_views(store_for: StoreFor) -> APIRouter:
 
     @router.get("/rollouts/{rollout_id}")
     async def rollout(
-        request: Request, rollout_id: str, attempt_id: str | None = None
+        request: Request, rollout_id: SegmentId, attempt_id: SegmentId | None = None
     ) -> dict[str, Any]:
         """A rollout, its attempts, and one attempt's spans, LLM calls and rewards."""
         return await rollout_view(await store_for(request), rollout_id, attempt_id)
 
     @router.get("/rollouts/{rollout_id}/calls/{index}/tokens")
     async def tokens(
-        request: Request, rollout_id: str, index: int, attempt_id: str | None = None
+        request: Request, rollout_id: SegmentId, index: int, attempt_id: SegmentId | None = None
     ) -> dict[str, Any]:
         """One LLM call's token ids and logprobs."""
         return await call_tokens(await store_for(request), rollout_id, index, attempt_id)
@@ -74,7 +75,7 @@ def create_views(store_for: StoreFor) -> APIRouter:
     @router.get("/rollouts/{rollout_id}/training")
     async def training(
         request: Request,
-        rollout_id: str,
+        rollout_id: SegmentId,
         credit: Credit = "final",
         advantage: Advantage = "grpo",
         trajectory: bool = False,
@@ -85,7 +86,7 @@ def create_views(store_for: StoreFor) -> APIRouter:
 
     @router.get("/resources/{resources_id}/diff")
     async def diff(
-        request: Request, resources_id: str, against: str | None = None
+        request: Request, resources_id: SegmentId, against: SegmentId | None = None
     ) -> dict[str, Any]:
         """A resource set against another version (default: the one before it)."""
         return await resources_diff(await store_for(request), resources_id, against)

@@ -42,6 +42,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._http_allow import refuse_methods
+from agl._ids import PathId, check_id
 from agl._server_auth import BearerTokenMiddleware
 from agl.gateway import _forward as forward
 from agl.gateway import _openapi as openapi
@@ -174,12 +176,14 @@ class Gateway:
             error=lambda message: error_body(413, message),
         )
 
+        refuse_methods(app, lambda request: _error(405, f"{request.method} is not allowed here"))
+
         @app.get("/health")
         async def health() -> dict[str, Any]:
             return {"status": "ok", "upstreams": self.upstreams}
 
         @app.get(_PREFIX + "/models", responses=openapi.ERRORS)
-        async def models(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def models(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             # an unknown attempt is not found here, as on every other route of it
             unknown = await self._attempt_error(_error, rollout_id, attempt_id)
             if unknown is not None:
@@ -195,7 +199,12 @@ class Gateway:
             return Response(content, status, media_type="application/json")
 
         @app.post(paths.FLUSH, responses=openapi.FLUSH_RESPONSES)
-        async def flush(rollout_id: str, attempt_id: str) -> Response:
+        async def flush(rollout_id: PathId, attempt_id: PathId) -> Response:
+            try:  # the ids as every route takes them, though the store is not asked here
+                check_id(rollout_id, "rollout_id", segment=True)
+                check_id(attempt_id, "attempt_id", segment=True)
+            except InvalidInputError as exc:
+                return _error(400, exc.message)
             # Every call answered so far was submitted before its answer went out: once the
             # sender has settled what it holds now, the attempt's calls are in the store.
             if await self.sender.flush_async(self._flush_timeout):
@@ -208,7 +217,7 @@ class Gateway:
             openapi_extra=openapi.CHAT_REQUEST,
             responses=openapi.OPENAI_RESPONSES,
         )
-        async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def chat(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             return await self._call("chat", rollout_id, attempt_id, request)
 
         @app.post(
@@ -216,7 +225,7 @@ class Gateway:
             openapi_extra=openapi.COMPLETIONS_REQUEST,
             responses=openapi.OPENAI_RESPONSES,
         )
-        async def completions(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def completions(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             return await self._call("completions", rollout_id, attempt_id, request)
 
         @app.post(
@@ -224,7 +233,7 @@ class Gateway:
             openapi_extra=openapi.RESPONSES_REQUEST,
             responses=openapi.OPENAI_RESPONSES,
         )
-        async def responses(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def responses(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             return await self._wire_call(WIRES["responses"], rollout_id, attempt_id, request)
 
         @app.post(
@@ -232,7 +241,7 @@ class Gateway:
             openapi_extra=openapi.MESSAGES_REQUEST,
             responses=openapi.MESSAGES_RESPONSES,
         )
-        async def messages(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def messages(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             # Claude Code adds ?beta=true; the beta features it names come as fields, each
             # checked by the wire.
             return await self._wire_call(WIRES["messages"], rollout_id, attempt_id, request)
@@ -242,7 +251,9 @@ class Gateway:
             openapi_extra=openapi.COUNT_TOKENS_REQUEST,
             responses=openapi.COUNT_TOKENS_RESPONSES,
         )
-        async def count_tokens(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        async def count_tokens(
+            rollout_id: PathId, attempt_id: PathId, request: Request
+        ) -> Response:
             return await self._count_tokens(rollout_id, attempt_id, request)
 
         return app
@@ -286,6 +297,8 @@ class Gateway:
         (whatever the body, as on chat) or the store cannot say; None when it is known."""
         try:
             await self.attempts.check(rollout_id, attempt_id)
+        except InvalidInputError as exc:
+            return error(400, exc.message)
         except NotFoundError as exc:
             return error(404, exc.message)
         except AglError as exc:
@@ -345,6 +358,8 @@ class Gateway:
                 return _error(exc.status, exc.message)
         try:
             resources_id = await self.attempts.check(rollout_id, attempt_id)
+        except InvalidInputError as exc:
+            return _error(400, exc.message)
         except NotFoundError as exc:
             return _error(404, exc.message)
         except AglError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agl._errors import NotFoundError
+from agl._ids import check_id
 from agl._resources import LLM
 from agl.store._base import Store
 
@@ -36,7 +37,14 @@ class Attempts:
         self._llm_by_resources: dict[tuple[str, str, str], LLM | None] = {}
 
     async def check(self, rollout_id: str, attempt_id: str) -> str | None:
-        """Make sure the store knows the rollout and attempt; return its resources id."""
+        """Make sure the store knows the rollout and attempt; return its resources id.
+
+        Raises:
+            InvalidInputError: an id that is no id (:mod:`agl._ids`), before any store read.
+            NotFoundError: the store does not know the rollout or the attempt.
+        """
+        check_id(rollout_id, "rollout_id", segment=True)
+        check_id(attempt_id, "attempt_id", segment=True)
         key = (rollout_id, attempt_id)
         if key in self._resources_ids:
             return self._resources_ids[key]

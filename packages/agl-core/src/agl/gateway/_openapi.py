@@ -50,7 +50,7 @@ _ERROR = {
 }
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _ERROR,  # the body is not a JSON object, or the upstream refused the request
+    400: _ERROR,  # a path id is no id (agl._ids), the body is no JSON object, or upstream said so
     401: _ERROR,  # a token is required and was missing or wrong
     404: _ERROR,  # the store has no such rollout or attempt
     422: _ERROR,

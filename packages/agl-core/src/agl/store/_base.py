@@ -126,16 +126,17 @@ class Store(Protocol):
             mode: The rollout's mode (``train``, ``val``, ``test``).
             limit: Rollouts per page, 1 to 10,000.
             offset: How many matching rollouts to skip (the page's ``next_offset`` goes on).
-            search: Text the ``rollout_id`` contains (case-sensitive, taken literally), 1 to
-                256 characters.
+            search: Text the ``rollout_id`` contains (case-sensitive, taken literally), checked
+                as an id is (:mod:`agl._ids`): 1 to 256 characters, no control characters.
             worker_id: A worker that ran any of the rollout's attempts.
             since: Enqueued at or after this time (Unix seconds).
             until: Enqueued before this time (Unix seconds).
             newest_first: The latest enqueued first (the default is oldest first).
 
         Raises:
-            InvalidInputError: naming the field: an empty or over-long ``search``, an empty
-                ``worker_id``, a ``since``/``until`` that is not a finite number, a bad page.
+            InvalidInputError: naming the field: a ``search`` or ``worker_id`` that is no id
+                (empty, over-long, control characters), a ``since``/``until`` that is not a
+                finite number, a bad page.
         """
         ...
 

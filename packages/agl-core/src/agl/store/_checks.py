@@ -7,7 +7,10 @@ from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from agl._errors import InvalidInputError
+from agl._ids import check_id
 from agl._resources import Resource
+from agl._rollouts import RolloutRequest
+from agl._spans import Span
 
 T = TypeVar("T")
 
@@ -36,6 +39,23 @@ def as_list(values: object, field: str, item_type: type[T]) -> list[T]:
     return items
 
 
+def check_request_ids(requests: Sequence[RolloutRequest]) -> None:
+    """Check the ids rollout requests name, as the models do: a request built without
+    validation (``model_construct``) is refused as the store server refuses its JSON."""
+    for index, request in enumerate(requests):
+        for field in ("rollout_id", "resources_id"):
+            value = getattr(request, field)
+            if value is not None:
+                check_id(value, f"requests[{index}].{field}", segment=True)
+
+
+def check_span_ids(spans: Sequence[Span]) -> None:
+    """Check the rollout and attempt ids of a batch of spans (see :func:`check_request_ids`)."""
+    for index, span in enumerate(spans):
+        check_id(span.rollout_id, f"spans[{index}].rollout_id", segment=True)
+        check_id(span.attempt_id, f"spans[{index}].attempt_id", segment=True)
+
+
 def as_resources(resources: object) -> dict[str, Resource]:
     """Check a set of resources to publish: a mapping of names to Resource instances."""
     if not isinstance(resources, Mapping):
@@ -45,10 +65,7 @@ def as_resources(resources: object) -> dict[str, Resource]:
         )
     members = dict(resources)
     for name, member in members.items():
-        if not isinstance(name, str) or not name:
-            raise InvalidInputError(
-                f"resource names must be non-empty strings, got {name!r}", field="resources"
-            )
+        check_id(name, "resources", what="a resource name")
         if not isinstance(member, Resource):
             raise InvalidInputError(
                 f"resources[{name!r}] must be a Resource, got {type(member).__name__}",

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 from agl._errors import ConflictError, InvalidInputError, NotFoundError
+from agl._ids import MAX_ID_LENGTH, check_id
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -23,7 +24,6 @@ from agl._rollouts import (
     RolloutRequest,
     RolloutStatus,
     new_id,
-    unaddressable,
 )
 from agl._spans import Span
 from agl.store import _repeats as repeats
@@ -355,8 +355,9 @@ def get_rollouts(tx: Transaction, rollout_ids: Sequence[str]) -> list[Rollout]:
     return result
 
 
-MAX_SEARCH_LENGTH = 256
-"""The longest text a rollout query searches ids for."""
+MAX_SEARCH_LENGTH = MAX_ID_LENGTH
+"""The longest text a rollout query searches ids for: a search is checked as an id is
+(:mod:`agl._ids`), since only what an id may hold can match one."""
 
 
 def rollout_filter(
@@ -371,24 +372,14 @@ def rollout_filter(
 ) -> RolloutFilter:
     """Check the filters of a rollout query (see :meth:`Store.query_rollouts`) and bundle them.
 
-    Raises InvalidInputError naming the field: an empty ``search`` or one longer than
-    :data:`MAX_SEARCH_LENGTH`, an empty ``worker_id``, a ``since``/``until`` that is not a
-    finite number.
+    Raises InvalidInputError naming the field: a ``search`` or ``worker_id`` that is no id
+    (:mod:`agl._ids`: empty, over 256 characters, control characters), a ``since``/``until``
+    that is not a finite number.
     """
-    if search is not None and (
-        not isinstance(search, str) or not 1 <= len(search) <= MAX_SEARCH_LENGTH
-    ):
-        raise InvalidInputError(
-            f"search must be text of 1 to {MAX_SEARCH_LENGTH} characters, got {search!r}",
-            field="search",
-            value=search,
-        )
-    if worker_id is not None and (not isinstance(worker_id, str) or not worker_id):
-        raise InvalidInputError(
-            f"worker_id must be a non-empty string, got {worker_id!r}",
-            field="worker_id",
-            value=worker_id,
-        )
+    if search is not None:
+        check_id(search, "search")  # NUL, say, matches no id (and PostgreSQL refuses it)
+    if worker_id is not None:
+        check_id(worker_id, "worker_id")
     for field, value in (("since", since), ("until", until)):
         if value is not None and (
             isinstance(value, bool)
@@ -432,13 +423,7 @@ def add_resources(
 ) -> ResourcesUpdate:
     """Publish a set of resources as the next version; a known id returns the stored set."""
     if resources_id is not None:
-        problem = unaddressable(resources_id, "resources_id") if resources_id else None
-        if problem is not None or len(resources_id) > 128 or not resources_id:
-            raise InvalidInputError(
-                problem or f"resources_id must be 1 to 128 characters, got {len(resources_id)}",
-                field="resources_id",
-                value=resources_id,
-            )
+        check_id(resources_id, "resources_id", segment=True)
         existing = tx.resources_get(resources_id)
         if existing is not None:
             return existing
@@ -479,10 +464,8 @@ def query_resources(tx: Transaction, limit: int, offset: int) -> ResourcesPage:
 
 def query_metrics(tx: Transaction, run: str | None, limit: int, offset: int) -> MetricsPage:
     """Return one page of metrics rows (of one run, or all) in the order they were added."""
-    if run is not None and (not isinstance(run, str) or not run):
-        raise InvalidInputError(
-            f"run must be a non-empty string, got {run!r}", field="run", value=run
-        )
+    if run is not None:
+        check_id(run, "run")
     _check_page(limit, offset)
     rows, total = tx.metrics_query(run, limit, offset)
     end = offset + len(rows)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
 
 from agl._errors import AglError, StoreUnavailableError
+from agl._ids import check_id
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -156,9 +157,8 @@ class HttpStore(ClosingStore):
         return claims
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
-        return Rollout.model_validate(
-            await self._request("GET", f"/v1/rollouts/{path_segment(rollout_id)}")
-        )
+        rollout = path_segment(rollout_id, "rollout_id")
+        return Rollout.model_validate(await self._request("GET", f"/v1/rollouts/{rollout}"))
 
     async def query_rollouts(
         self,
@@ -173,7 +173,12 @@ class HttpStore(ClosingStore):
         until: float | None = None,
         newest_first: bool = False,
     ) -> RolloutPage:
-        # Values go as they are: the server checks them and names a bad one (422).
+        # Values go as they are: the server checks them and names a bad one (422). An id is
+        # checked here too: one too long for a URL would not reach the server.
+        if worker_id is not None:
+            check_id(worker_id, "worker_id")
+        if search is not None:
+            check_id(search, "search")
         params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
@@ -191,7 +196,8 @@ class HttpStore(ClosingStore):
         return RolloutPage.model_validate(await self._request("GET", "/v1/rollouts", params=params))
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
-        data = await self._request("GET", f"/v1/rollouts/{path_segment(rollout_id)}/attempts")
+        rollout = path_segment(rollout_id, "rollout_id")
+        data = await self._request("GET", f"/v1/rollouts/{rollout}/attempts")
         return _attempts.validate_python(data["attempts"])
 
     async def update_attempt(
@@ -202,9 +208,11 @@ class HttpStore(ClosingStore):
         heartbeat: bool = True,
         reason: str | None = None,
     ) -> Attempt:
+        rollout = path_segment(rollout_id, "rollout_id")
+        attempt = path_segment(attempt_id, "attempt_id")
         data = await self._request(
             "POST",
-            f"/v1/rollouts/{path_segment(rollout_id)}/attempts/{path_segment(attempt_id)}",
+            f"/v1/rollouts/{rollout}/attempts/{attempt}",
             json={
                 "status": None if status is None else AttemptStatus(status).value,
                 "heartbeat": heartbeat,
@@ -214,7 +222,8 @@ class HttpStore(ClosingStore):
         return Attempt.model_validate(data)
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
-        data = await self._request("POST", f"/v1/rollouts/{path_segment(rollout_id)}/cancel")
+        rollout = path_segment(rollout_id, "rollout_id")
+        data = await self._request("POST", f"/v1/rollouts/{rollout}/cancel")
         return Rollout.model_validate(data)
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
@@ -293,13 +302,13 @@ class HttpStore(ClosingStore):
         limit: int | None = None,
     ) -> list[Span]:
         """Read the server's pages (at most 1,000 spans each) until ``limit`` or the end."""
-        path = f"/v1/rollouts/{path_segment(rollout_id)}/spans"
+        path = f"/v1/rollouts/{path_segment(rollout_id, 'rollout_id')}/spans"
         spans: list[Span] = []
         cursor: Any = after
         while True:
             params: dict[str, Any] = {"after": cursor}
             if attempt_id is not None:
-                params["attempt_id"] = attempt_id
+                params["attempt_id"] = check_id(attempt_id, "attempt_id", segment=True)
             if limit is not None:
                 params["limit"] = min(limit - len(spans), SPAN_PAGE_SIZE) if limit >= 1 else limit
             data = await self._request("GET", path, params=params)
@@ -331,7 +340,7 @@ class HttpStore(ClosingStore):
         path = (
             "/v1/resources/latest"
             if resources_id is None
-            else f"/v1/resources/{path_segment(resources_id)}"
+            else f"/v1/resources/{path_segment(resources_id, 'resources_id')}"
         )
         return _optional_resources.validate_python(await self._request("GET", path))
 
@@ -362,7 +371,7 @@ class HttpStore(ClosingStore):
     ) -> MetricsPage:
         params: dict[str, str | int] = {"limit": limit, "offset": offset}
         if run is not None:
-            params["run"] = run
+            params["run"] = check_id(run, "run")
         return MetricsPage.model_validate(await self._request("GET", "/v1/metrics", params=params))
 
     async def metric_runs(self) -> list[str]:

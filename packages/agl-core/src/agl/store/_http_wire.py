@@ -15,6 +15,7 @@ from agl._errors import (
     StoreError,
     StoreUnavailableError,
 )
+from agl._ids import check_id
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS
 
 __all__ = [
@@ -101,11 +102,9 @@ def ssl_context() -> Any:
     return tls_context()
 
 
-def path_segment(value: str) -> str:
-    """Quote one path segment."""
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"expected a non-empty id string, got {value!r}", value=value)
-    return quote(value, safe="")
+def path_segment(value: str, field: str) -> str:
+    """One id as a path segment, checked as every store checks it (:mod:`agl._ids`)."""
+    return quote(check_id(value, field, segment=True), safe="")
 
 
 def polls(wait: Any) -> list[Any]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import JsonValue
 
 from agl._errors import InvalidInputError
+from agl._ids import id_problem, shown
 from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 
@@ -273,12 +274,13 @@ def _owner(
 ) -> str:
     """Return the rollout or attempt id ``key`` names: the span's own, else its resource's."""
     value = attributes.get(key, resource.get(key))
-    if isinstance(value, str) and value:
-        return value
+    wrong = id_problem(value, segment=True)  # an id as every store takes it (agl._ids)
+    if wrong is None:
+        return value  # type: ignore[return-value]
     if value is None:
         problem = f"has no {key!r} attribute"
     else:
-        problem = f"has a {key!r} attribute that is not a non-empty string ({value!r})"
+        problem = f"has a {key!r} attribute that {wrong} ({shown(value)})"
     raise InvalidInputError(
         f"span {name!r} {problem}; every span needs both {AGL_ROLLOUT_ID!r} and "
         f"{AGL_ATTEMPT_ID!r}, set as attributes of the span or of its resource",

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agl._errors import ConflictError, InvalidInputError
-from agl._rollouts import Claim, unaddressable
+from agl._errors import ConflictError
+from agl._ids import MAX_ID_LENGTH, check_id
+from agl._rollouts import Claim
 from agl.store._tx import Transaction
 
 __all__ = [
@@ -29,25 +30,14 @@ __all__ = [
 REQUEST_MEMORY_SECONDS = 3600.0
 """How long the store remembers the answer to a request sent with a ``request_id``."""
 
-MAX_REQUEST_ID_LENGTH = 128
-"""The longest ``request_id`` a store takes."""
+MAX_REQUEST_ID_LENGTH = MAX_ID_LENGTH
+"""The longest ``request_id`` a store takes: a request id is an id as any other
+(:mod:`agl._ids`), and one URL path segment as a rollout id is."""
 
 
 def check_request_id(request_id: object) -> str:
     """Return ``request_id`` if it is a usable id, else raise InvalidInputError naming it."""
-    if not isinstance(request_id, str):
-        raise InvalidInputError(
-            f"request_id must be a string, got {type(request_id).__name__}", field="request_id"
-        )
-    if not 1 <= len(request_id) <= MAX_REQUEST_ID_LENGTH:
-        raise InvalidInputError(
-            f"request_id must be 1 to {MAX_REQUEST_ID_LENGTH} characters, got {len(request_id)}",
-            field="request_id",
-        )
-    problem = unaddressable(request_id, "request_id")
-    if problem is not None:
-        raise InvalidInputError(problem, field="request_id", value=request_id)
-    return request_id
+    return check_id(request_id, "request_id", segment=True)
 
 
 def remembered(

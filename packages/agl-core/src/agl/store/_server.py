@@ -38,11 +38,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from agl._ids import Id, SegmentId
 from agl._metric_rows import MetricsPage
 from agl._resources import ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -56,7 +57,7 @@ from agl._rollouts import (
 from agl._server_auth import BearerTokenMiddleware
 from agl.store._base import Store, StoreStatistics
 from agl.store._checks import SPAN_PAGE_SIZE
-from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE, MAX_SEARCH_LENGTH
+from agl.store._engine import MAX_OFFSET, MAX_PAGE_SIZE
 from agl.store._server_bodies import (
     AttemptsBody,
     AttemptUpdateBody,
@@ -95,6 +96,8 @@ _JSON = "application/json"
 
 
 _Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
+_RolloutId = Annotated[SegmentId, Path()]
+_AttemptId = Annotated[SegmentId, Path()]
 _Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
@@ -175,16 +178,11 @@ def create_app(
         limit: _Limit = 100,
         offset: _Offset = 0,
         search: Annotated[
-            str | None,
-            Query(
-                min_length=1,
-                max_length=MAX_SEARCH_LENGTH,
-                description="Text the rollout id contains (case-sensitive, taken literally).",
-            ),
+            Id | None,
+            Query(description="Text the rollout id contains (case-sensitive, taken literally)."),
         ] = None,
         worker_id: Annotated[
-            str | None,
-            Query(min_length=1, description="A worker that ran one of the rollout's attempts."),
+            Id | None, Query(description="A worker that ran one of the rollout's attempts.")
         ] = None,
         since: Annotated[
             float | None, Query(allow_inf_nan=False, description="Enqueued at or after (Unix s).")
@@ -207,19 +205,21 @@ def create_app(
         )
 
     @app.get("/v1/rollouts/{rollout_id}", tags=["rollouts"])
-    async def get_rollout(rollout_id: str) -> Rollout:
+    async def get_rollout(rollout_id: _RolloutId) -> Rollout:
         return await store.get_rollout(rollout_id)
 
     @app.post("/v1/rollouts/{rollout_id}/cancel", tags=["rollouts"])
-    async def cancel(rollout_id: str) -> Rollout:
+    async def cancel(rollout_id: _RolloutId) -> Rollout:
         return await store.cancel_rollout(rollout_id)
 
     @app.get("/v1/rollouts/{rollout_id}/attempts", tags=["attempts"])
-    async def attempts(rollout_id: str) -> AttemptsBody:
+    async def attempts(rollout_id: _RolloutId) -> AttemptsBody:
         return AttemptsBody(attempts=await store.query_attempts(rollout_id))
 
     @app.post("/v1/rollouts/{rollout_id}/attempts/{attempt_id}", tags=["attempts"])
-    async def update_attempt(rollout_id: str, attempt_id: str, body: AttemptUpdateBody) -> Attempt:
+    async def update_attempt(
+        rollout_id: _RolloutId, attempt_id: _AttemptId, body: AttemptUpdateBody
+    ) -> Attempt:
         return await store.update_attempt(
             rollout_id, attempt_id, body.status, body.heartbeat, body.reason
         )
@@ -250,8 +250,8 @@ def create_app(
 
     @app.get("/v1/rollouts/{rollout_id}/spans", tags=["spans"])
     async def query_spans(
-        rollout_id: str,
-        attempt_id: str | None = None,
+        rollout_id: _RolloutId,
+        attempt_id: Annotated[SegmentId | None, Query()] = None,
         after: Annotated[
             int, Query(ge=0, le=MAX_OFFSET, description="Spans with a sequence_id above this.")
         ] = 0,
@@ -276,7 +276,9 @@ def create_app(
         return await store.get_resources(None)
 
     @app.get("/v1/resources/{resources_id}", tags=["resources"])
-    async def get_resources(resources_id: str) -> ResourcesUpdate | None:
+    async def get_resources(
+        resources_id: Annotated[SegmentId, Path()],
+    ) -> ResourcesUpdate | None:
         return await store.get_resources(resources_id)
 
     _add_metrics_routes(app, store)
@@ -337,7 +339,7 @@ def _add_metrics_routes(app: FastAPI, store: Store) -> None:
 
     @app.get("/v1/metrics", tags=["metrics"])
     async def query_metrics(
-        run: Annotated[str | None, Query(min_length=1)] = None,
+        run: Annotated[Id | None, Query()] = None,
         limit: _Limit = MAX_PAGE_SIZE,
         offset: _Offset = 0,
     ) -> MetricsPage:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, WithJsonSchema
 
+from agl._ids import SEGMENT_SCHEMA, Id, SegmentId, keys_are_ids
+from agl._json_numbers import Integer
 from agl._metric_rows import MetricsRow
 from agl._rollouts import (
-    ROLLOUT_ID_PATTERN,
     Attempt,
     AttemptStatus,
     Claim,
@@ -23,7 +24,6 @@ from agl._rollouts import (
 )
 from agl._spans import Span
 from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS
-from agl.store._repeats import MAX_REQUEST_ID_LENGTH
 
 __all__ = [
     "AttemptUpdateBody",
@@ -71,24 +71,14 @@ _REQUEST_ID = (
 )
 
 
-_RequestId = Annotated[
-    str,
-    WithJsonSchema(
-        {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_REQUEST_ID_LENGTH,
-            "pattern": ROLLOUT_ID_PATTERN,
-            "description": _REQUEST_ID,
-        }
-    ),
-]
+_RequestId = Annotated[str, WithJsonSchema({**SEGMENT_SCHEMA, "description": _REQUEST_ID})]
+"""Documented as a :data:`~agl._ids.SegmentId`, checked by the store (a 422 naming it)."""
 
 
 class DequeueBody(_Body):
-    limit: int = Field(default=1, ge=1, le=10_000)
-    worker_id: str | None = None
-    wait: float = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    limit: Integer = Field(default=1, ge=1, le=10_000)
+    worker_id: Id | None = None
+    wait: StrictFloat = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
     request_id: _RequestId | None = None
 
 
@@ -97,13 +87,13 @@ class ClaimsBody(_Body):
 
 
 class WaitBody(_Body):
-    rollout_ids: list[str]
-    timeout: float = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    rollout_ids: list[SegmentId]
+    timeout: StrictFloat = Field(ge=0, le=MAX_POLL_SECONDS, description=_POLL)
 
 
 class AttemptUpdateBody(_Body):
     status: AttemptStatus | None = None
-    heartbeat: bool = True
+    heartbeat: StrictBool = True
     reason: str | None = None
 
 
@@ -136,18 +126,13 @@ class ResourceJson(BaseModel):
 
 
 class ResourcesBody(_Body):
-    resources: dict[Annotated[str, Field(min_length=1)], ResourceJson] = Field(
-        description="name (not empty) -> resource, by its type tag"
+    resources: dict[Id, ResourceJson] = Field(
+        description="name (an id: not empty, no control characters) -> resource, by its type tag",
+        json_schema_extra=keys_are_ids,
     )
-    resources_id: (
-        Annotated[
-            str,
-            WithJsonSchema(
-                {"type": "string", "minLength": 1, "maxLength": 128, "pattern": ROLLOUT_ID_PATTERN}
-            ),
-        ]
-        | None
-    ) = Field(default=None, description="one URL path segment, as a rollout id")
+    resources_id: SegmentId | None = Field(
+        default=None, description="one URL path segment, as a rollout id"
+    )
 
 
 class MetricsBody(_Body):

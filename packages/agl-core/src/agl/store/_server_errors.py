@@ -21,6 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from agl._errors import AglError, InvalidInputError
+from agl._http_allow import allow_header
+from agl._ids import shown as shown_id
 from agl.store._full import RETRY_AFTER_SECONDS
 
 __all__ = [
@@ -65,6 +67,8 @@ def validation_error(errors: list[Any], prefix: tuple[str, ...]) -> AglError:
     """Turn pydantic errors into one InvalidInputError naming the first offending field."""
     first = errors[0]
     loc = tuple(part for part in first.get("loc", ()) if part not in prefix)
+    if loc[-1:] == ("[key]",):  # a bad key: named by the mapping, not by itself
+        loc = loc[:-2]
     if first.get("type") == "json_invalid":
         detail = first.get("ctx", {}).get("error", first.get("msg"))
         return MalformedBody(f"request body is not valid JSON: {detail}")
@@ -73,7 +77,7 @@ def validation_error(errors: list[Any], prefix: tuple[str, ...]) -> AglError:
     shown = value if isinstance(value, str | int | float | bool) or value is None else None
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
     if shown is not None:
-        message += f" (got {shown!r})"
+        message += f" (got {shown_id(shown)})"  # cut: an over-long value is not echoed whole
     if len(errors) > 1:
         message += f"; and {len(errors) - 1} more error(s)"
     return InvalidInputError(message, field=field, value=shown)
@@ -98,13 +102,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return await agl_error(_, error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "NotFoundError" if exc.status_code == 404 else "InvalidInputError"
-        # exc.headers carries what the status needs (Allow, on a 405)
+        # exc.headers carries what the status needs; a 405's Allow names every route's methods
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allow_header(request)
         return JSONResponse(
             {"error": {"type": kind, "message": str(exc.detail)}},
             status_code=exc.status_code,
-            headers=exc.headers,
+            headers=headers,
         )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from agl._errors import InvalidInputError
+from agl._ids import check_id, check_ids
 from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
@@ -35,7 +36,13 @@ from agl._rollouts import (
 from agl._spans import Span
 from agl.store import _engine as engine
 from agl.store._base import ClosingStore, StoreStatistics
-from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
+from agl.store._checks import (
+    MAX_WAIT_SECONDS,
+    as_list,
+    as_resources,
+    check_request_ids,
+    check_span_ids,
+)
 from agl.store._engine import MAX_PAGE_SIZE
 from agl.store._repeats import check_request_id
 from agl.store._storable import refuse_unstorable
@@ -100,6 +107,7 @@ class StatefulStore(ClosingStore):
 
     async def enqueue_rollouts(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
         requests = as_list(requests, "requests", RolloutRequest)
+        check_request_ids(requests)
         refuse_unstorable([r.model_dump(exclude_defaults=True) for r in requests], "requests")
         now = time.time()
         result = await self._run(lambda tx: engine.enqueue(tx, requests, now))
@@ -115,6 +123,8 @@ class StatefulStore(ClosingStore):
         request_id: str | None = None,
     ) -> list[Claim]:
         _check_wait(wait, "wait")
+        if worker_id is not None:
+            check_id(worker_id, "worker_id")
         if request_id is not None:
             check_request_id(request_id)
 
@@ -135,6 +145,7 @@ class StatefulStore(ClosingStore):
             await self._notifier.wait(min(remaining, self._poll_interval))
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
+        check_id(rollout_id, "rollout_id", segment=True)
         return await self._read(lambda tx: engine.get_rollout(tx, rollout_id))
 
     async def query_rollouts(
@@ -165,6 +176,7 @@ class StatefulStore(ClosingStore):
         return await self._read(lambda tx: engine.query_rollouts(tx, where, limit, offset))
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
+        check_id(rollout_id, "rollout_id", segment=True)
         return await self._read(lambda tx: engine.query_attempts(tx, rollout_id))
 
     async def update_attempt(
@@ -175,6 +187,8 @@ class StatefulStore(ClosingStore):
         heartbeat: bool = True,
         reason: str | None = None,
     ) -> Attempt:
+        check_id(rollout_id, "rollout_id", segment=True)
+        check_id(attempt_id, "attempt_id", segment=True)
         if status is not None:
             status = AttemptStatus(status)
 
@@ -190,13 +204,14 @@ class StatefulStore(ClosingStore):
         return result
 
     async def cancel_rollout(self, rollout_id: str) -> Rollout:
+        check_id(rollout_id, "rollout_id", segment=True)
         result = await self._run(lambda tx: engine.cancel(tx, rollout_id, time.time()))
         self._notifier.notify_all()
         return result
 
     async def wait_for_rollouts(self, rollout_ids: Sequence[str], timeout: float) -> list[Rollout]:
         _check_wait(timeout, "timeout")
-        ids = as_list(rollout_ids, "rollout_ids", str)
+        ids = check_ids(as_list(rollout_ids, "rollout_ids", str), "rollout_ids", segment=True)
         deadline = time.monotonic() + timeout
         while True:
             rollouts = await self._read(lambda tx: engine.get_rollouts(tx, ids))
@@ -212,6 +227,7 @@ class StatefulStore(ClosingStore):
         spans = as_list(spans, "spans", Span)
         if not spans:
             return []
+        check_span_ids(spans)
         return await self._run(lambda tx: engine.add_spans(tx, spans, time.time()))
 
     async def query_spans(
@@ -222,6 +238,9 @@ class StatefulStore(ClosingStore):
         after: int = 0,
         limit: int | None = None,
     ) -> list[Span]:
+        check_id(rollout_id, "rollout_id", segment=True)
+        if attempt_id is not None:
+            check_id(attempt_id, "attempt_id", segment=True)
         return await self._run(
             lambda tx: engine.query_spans(tx, rollout_id, attempt_id, after=after, limit=limit)
         )
@@ -238,6 +257,8 @@ class StatefulStore(ClosingStore):
         )
 
     async def get_resources(self, resources_id: str | None = None) -> ResourcesUpdate | None:
+        if resources_id is not None:
+            check_id(resources_id, "resources_id", segment=True)
         return await self._run(lambda tx: engine.get_resources(tx, resources_id))
 
     async def query_resources(self, limit: int = 100, offset: int = 0) -> ResourcesPage:
@@ -255,6 +276,7 @@ class StatefulStore(ClosingStore):
         self, rows: Sequence[MetricsRow], *, request_id: str | None = None
     ) -> None:
         rows = as_list(rows, "rows", MetricsRow)
+        check_ids([row.run for row in rows], "rows", item_field="run")
         if request_id is not None:
             check_request_id(request_id)
         if rows:
@@ -301,7 +323,11 @@ def _as_status(value: str, index: int) -> RolloutStatus:
 
 
 def _check_wait(value: float, field: str) -> None:
-    if not isinstance(value, int | float) or not 0 <= value <= MAX_WAIT_SECONDS:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_WAIT_SECONDS
+    ):
         raise InvalidInputError(
             f"{field} must be a number of seconds between 0 and {MAX_WAIT_SECONDS:g}, "
             f"got {value!r}",

@@ -54,6 +54,7 @@ from agl import (
     Store,
 )
 from agl._spans import new_span_id, new_trace_id
+from agl.testing._store_ids import StoreIdRules
 from agl.testing._suite import check_suite_intact
 
 __all__ = ["StoreConformance"]
@@ -96,7 +97,7 @@ async def _until(
 
 
 @pytest.mark.anyio
-class StoreConformance:
+class StoreConformance(StoreIdRules):
     """Subclass me and provide a ``store`` fixture yielding a fresh, empty store."""
 
     persistent: ClassVar[bool] = False
@@ -261,7 +262,7 @@ class StoreConformance:
             await store.add_metrics(
                 [MetricsRow(run="r", step=1, time=1.0, values={"x": 1.0})], request_id="rq-taken"
             )
-        for bad in ["", "a/b", "nul\x00", "x" * 129]:
+        for bad in ["", "a/b", "nul\x00", "x" * 257]:  # the id rule (agl._ids)
             with pytest.raises(InvalidInputError) as caught:
                 await store.dequeue_rollouts(request_id=bad)
             assert caught.value.field == "request_id"
@@ -940,7 +941,7 @@ class StoreConformance:
     async def test_a_resources_id_must_be_addressable_by_url(self, store: Store) -> None:
         llm = {"llm": LLM(endpoint="http://a/v1", model="m")}
         kept = await store.add_resources(llm, resources_id="prompts-v1.2_x")
-        for bad in ("a/b", "..", "with space", "x" * 129, ""):
+        for bad in ("a/b", "..", "with space", "x" * 257, ""):
             with pytest.raises(InvalidInputError) as caught:
                 await store.add_resources(llm, resources_id=bad)
             assert caught.value.field == "resources_id"
