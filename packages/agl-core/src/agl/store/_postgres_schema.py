@@ -33,13 +33,9 @@ statement trigger on the rollouts table sends it; PostgreSQL delivers one per tr
 _MIGRATION_LOCK = 0x61676C5F6D67  # "agl_mg": one server at a time creates or migrates
 _FOLD_LOCK = 0x61676C5F666C  # "agl_fl": one server at a time folds the counts of ended sessions
 
-_COUNTED = {
-    "agl_attempts": "attempts",
-    "agl_spans": "spans",
-    "agl_resources": "resources",
-    "agl_workers": "workers",
-}
-"""Tables whose rows are counted (besides rollouts, counted by status), by their count's key."""
+_COUNTED = {"agl_attempts": "attempts", "agl_resources": "resources", "agl_workers": "workers"}
+"""Tables whose rows are counted one by one, by their count's key (rollouts: by status; spans:
+where their sequence ids are reserved)."""
 
 _COUNTS = [
     """CREATE TABLE agl_counts (
@@ -48,9 +44,10 @@ _COUNTS = [
         n BIGINT NOT NULL,
         PRIMARY KEY (key, slot)
     )""",
+    # Nothing to add writes nothing (an upsert that only updated still fires INSERT triggers).
     "CREATE FUNCTION agl_count(counted TEXT, delta BIGINT) RETURNS void LANGUAGE sql AS $$ "
-    "INSERT INTO agl_counts (key, slot, n) VALUES (counted, pg_backend_pid(), delta) "
-    "ON CONFLICT (key, slot) DO UPDATE SET n = agl_counts.n + excluded.n $$",
+    "INSERT INTO agl_counts (key, slot, n) SELECT counted, pg_backend_pid(), delta "
+    "WHERE delta <> 0 ON CONFLICT (key, slot) DO UPDATE SET n = agl_counts.n + excluded.n $$",
     # A rollout: by status (each change of status moves two counts).
     "CREATE FUNCTION agl_count_rollout() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "IF TG_OP <> 'INSERT' THEN PERFORM agl_count('rollouts.' || OLD.status, -1); END IF; "
@@ -61,7 +58,15 @@ _COUNTS = [
     "CREATE TRIGGER agl_count_rollout_status AFTER UPDATE OF status ON agl_rollouts "
     "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) "
     "EXECUTE FUNCTION agl_count_rollout()",
-    # Other rows: one statement's rows at once (a COPY of spans calls it once, not per span).
+    # Spans: counted where a batch reserves their sequence ids, once per rollout it names (not
+    # once per span): the ids are gap-free, each one reserved is a span the same transaction
+    # stores.
+    "CREATE FUNCTION agl_count_reserved() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "PERFORM agl_count('spans', NEW.next_span_seq - OLD.next_span_seq); RETURN NULL; END $$",
+    "CREATE TRIGGER agl_count_spans_reserved AFTER UPDATE OF next_span_seq ON agl_rollouts "
+    "FOR EACH ROW WHEN (OLD.next_span_seq IS DISTINCT FROM NEW.next_span_seq) "
+    "EXECUTE FUNCTION agl_count_reserved()",
+    # Other rows: one statement's rows at once.
     "CREATE FUNCTION agl_count_added() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "PERFORM agl_count(TG_ARGV[0], (SELECT COUNT(*) FROM added)); RETURN NULL; END $$",
     "CREATE FUNCTION agl_count_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -76,13 +81,15 @@ _COUNTS = [
             f"removed FOR EACH STATEMENT EXECUTE FUNCTION agl_count_removed('{key}')",
         )
     ),
+    "CREATE TRIGGER agl_spans_uncounted AFTER DELETE ON agl_spans REFERENCING OLD TABLE AS "
+    "removed FOR EACH STATEMENT EXECUTE FUNCTION agl_count_removed('spans')",
     # The rows already there, counted once. After the triggers: creating one waits for the
     # transactions writing its table and holds off new ones until the migration commits.
     "INSERT INTO agl_counts (key, slot, n) "
     "SELECT 'rollouts.' || status, 0, COUNT(*) FROM agl_rollouts GROUP BY status",
     *(
         f"INSERT INTO agl_counts (key, slot, n) SELECT '{key}', 0, COUNT(*) FROM {table}"
-        for table, key in _COUNTED.items()
+        for table, key in {**_COUNTED, "agl_spans": "spans"}.items()
     ),
 ]
 

@@ -6,8 +6,9 @@ version is refused with the versions named.
 
 The ``counts`` table keeps what :meth:`~agl.Store.statistics` reports (rollouts by status,
 attempts, spans, resources, workers), so reading them costs the same at any size. Triggers keep
-it: each insert (and each change of a rollout's status) updates its count in the statement that
-made it, inside the same transaction, whoever writes the file (an older agl too).
+it: each insert (and each change of a rollout's status, and each reservation of span sequence
+ids) updates its count in the statement that made it, inside the same transaction, whoever
+writes the file (an older agl too).
 """
 
 from __future__ import annotations
@@ -103,13 +104,8 @@ def _add_columns(connection: sqlite3.Connection) -> None:
     connection.executescript(_INDEXES_OF_ADDED_COLUMNS)
 
 
-_COUNTED = {
-    "attempts": "attempts",
-    "spans": "spans",
-    "resources": "resources",
-    "workers": "workers",
-}
-"""Tables whose rows are counted, by the key of their count."""
+_COUNTED = {"attempts": "attempts", "resources": "resources", "workers": "workers"}
+"""Tables whose rows are counted one by one, by the key of their count."""
 
 _BUMP = (
     "INSERT INTO counts (key, n) VALUES ({key}, {delta}) "
@@ -118,8 +114,12 @@ _BUMP = (
 
 
 def _counter_triggers() -> list[str]:
-    """One trigger a statement: each insert and delete of a counted row, and each change of a
-    rollout's status, moves its count."""
+    """The triggers that keep ``counts``, one statement each.
+
+    Spans are counted where a batch reserves their sequence ids (once per rollout a batch
+    names, not once per span): the ids are gap-free, every id reserved is a span stored in the
+    same transaction.
+    """
     triggers = []
     for table, key in _COUNTED.items():
         for event, delta in (("INSERT", 1), ("DELETE", -1)):
@@ -136,10 +136,15 @@ def _counter_triggers() -> list[str]:
         )
     out = _BUMP.format(key="'rollouts.' || OLD.status", delta=-1)
     into = _BUMP.format(key="'rollouts.' || NEW.status", delta=1)
-    triggers.append(
+    reserved = _BUMP.format(key="'spans'", delta="NEW.next_span_seq - OLD.next_span_seq")
+    removed = _BUMP.format(key="'spans'", delta=-1)
+    triggers += [
         "CREATE TRIGGER counts_rollouts_status AFTER UPDATE OF status ON rollouts "
-        f"WHEN OLD.status IS NOT NEW.status BEGIN {out}; {into}; END"
-    )
+        f"WHEN OLD.status IS NOT NEW.status BEGIN {out}; {into}; END",
+        "CREATE TRIGGER counts_spans_reserved AFTER UPDATE OF next_span_seq ON rollouts "
+        f"WHEN OLD.next_span_seq IS NOT NEW.next_span_seq BEGIN {reserved}; END",
+        f"CREATE TRIGGER counts_spans_delete AFTER DELETE ON spans BEGIN {removed}; END",
+    ]
     return triggers
 
 
@@ -163,7 +168,7 @@ def _add_counters(connection: sqlite3.Connection) -> None:
                 "INSERT INTO counts (key, n) "
                 "SELECT 'rollouts.' || status, COUNT(*) FROM rollouts GROUP BY status"
             )
-            for table, key in _COUNTED.items():
+            for table, key in {**_COUNTED, "spans": "spans"}.items():
                 connection.execute(
                     f"INSERT INTO counts (key, n) SELECT '{key}', COUNT(*) FROM {table}"
                 )
