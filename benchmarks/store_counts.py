@@ -11,7 +11,10 @@ Then, on the store holding counts:
   rollouts grouped by status), timed directly on a connection, the median of ``--reads``;
 
 and prints the ``add_spans`` rate (spans/s) with and without the counting trigger, and checks
-that ``statistics()`` equals the row count.
+that ``statistics()`` equals the row count. Then, for PostgreSQL, contention: ``--servers``
+stores over one database with ``--clients`` clients each, all adding small batches at once,
+with each session's own count rows (as agl keeps them), with one hot row every session moves,
+and without counting spans.
 
 Run: ``uv run --no-sync python benchmarks/store_counts.py`` (a few minutes on 2 cores);
 ``--spans 20000`` for a quick look.
@@ -162,6 +165,70 @@ async def postgresql(args: argparse.Namespace) -> None:
         finally:
             for store in stores.values():
                 await store.close()
+        await contention(args, server)
+
+
+_ONE_HOT_ROW = (
+    "CREATE OR REPLACE FUNCTION agl_count(counted TEXT, delta BIGINT) RETURNS void "
+    "LANGUAGE sql AS $$ INSERT INTO agl_counts (key, slot, n) SELECT counted, 0, delta "
+    "WHERE delta <> 0 ON CONFLICT (key, slot) DO UPDATE SET n = agl_counts.n + excluded.n $$"
+)
+"""The counts as one row per key that every session moves (the design not taken)."""
+
+
+async def send(store: agl.Store, spans: list[Span], batch: int) -> None:
+    for first in range(0, len(spans), batch):
+        await store.add_spans(spans[first : first + batch])
+
+
+async def contention(args: argparse.Namespace, server: Any) -> None:
+    """``--servers`` stores over one database (as that many servers), ``--clients`` clients on
+    each, every client adding ``--small-batch``-span batches to a rollout of its own, all at
+    once: spans/s with each session's own count rows (as agl does), with one hot row per count
+    that every session moves, and without counting spans. Alternating rounds."""
+    import psycopg
+
+    variants = {"own rows": None, "one hot row": _ONE_HOT_ROW, "uncounted": "DROP TRIGGER "
+                "agl_count_spans_reserved ON agl_rollouts"}  # fmt: skip
+    clients = args.servers * args.clients
+    per_client = args.contended_spans // clients
+    opened: dict[str, list[agl.Store]] = {}
+    work: dict[str, list[list[Span]]] = {}
+    for number, (name, change) in enumerate(variants.items()):
+        url = server.create_database(f"bench_contention_{number}")
+        opened[name] = [agl.open_store(url) for _ in range(args.servers)]
+        if change is not None:
+            with psycopg.connect(url, autocommit=True) as db:
+                db.execute(change)
+        claims = await prepared(opened[name][0], clients)
+        work[name] = [spans_for([claim], per_client) for claim in claims]
+    spent = dict.fromkeys(variants, 0.0)
+    try:
+        step = -(-per_client // args.rounds)
+        for start in range(0, per_client, step):
+            for name, stores in opened.items():
+                began = time.perf_counter()
+                await asyncio.gather(
+                    *(
+                        send(stores[i % len(stores)], spans[start : start + step], args.small_batch)
+                        for i, spans in enumerate(work[name])
+                    )
+                )
+                spent[name] += time.perf_counter() - began
+        for name, stores in opened.items():
+            stats = await stores[-1].statistics()
+            if name != "uncounted" and stats.spans != per_client * clients:
+                raise SystemExit(f"{name}: statistics() says {stats.spans} spans")
+    finally:
+        for stores in opened.values():
+            for store in stores:
+                await store.close()
+    total = per_client * clients
+    rates = ", ".join(f"{total / spent[name]:,.0f} spans/s {name}" for name in variants)
+    print(
+        f"postgresql, {args.servers} stores x {args.clients} clients, {args.small_batch} spans a "
+        f"call, {total:,} spans: {rates}"
+    )
 
 
 def main() -> None:
@@ -171,6 +238,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512, help="spans per add_spans call")
     parser.add_argument("--rounds", type=int, default=10, help="alternations between stores")
     parser.add_argument("--reads", type=int, default=51, help="statistics() calls timed")
+    parser.add_argument("--servers", type=int, default=3, help="stores writing at once (pg)")
+    parser.add_argument("--clients", type=int, default=4, help="clients on each of them")
+    parser.add_argument("--small-batch", type=int, default=8, help="spans a concurrent call")
+    parser.add_argument("--contended-spans", type=int, default=24_000)
     parser.add_argument(
         "--backends", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql"
     )
