@@ -183,7 +183,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         process([python, "-c", UPSTREAM, str(up_port)], f"{upstream}/models"),
-        process([python, "-m", "agl", "store", "serve", "--db", "memory://", "--port",
+        process([python, "-m", "agl", "store", "serve", "--store", "memory://", "--port",
                  str(store_port), "--log-level", "warning"], f"{store_url}/health"),
         process([python, "-m", "agl", "gateway", "serve", "--upstream", upstream, "--store",
                  store_url, "--port", str(gw_port), "--log-level", "warning"],

@@ -114,7 +114,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, "-m", "agl", "store", "serve", "--db", f"sqlite:///{db}",
+            [sys.executable, "-m", "agl", "store", "serve", "--store", f"sqlite:///{db}",
              "--port", str(port), "--log-level", "warning"],
         )  # fmt: skip
         try:

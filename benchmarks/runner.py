@@ -143,7 +143,7 @@ def main() -> None:
     if args.agent == "openai" and not args.no_instrument:
         runner += ["--instrument", "openai"]
     servers = [
-        [sys.executable, "-m", "agl", "store", "serve", "--db", db, "--port", str(store_port)],
+        [sys.executable, "-m", "agl", "store", "serve", "--store", db, "--port", str(store_port)],
         [sys.executable, "-c", LLM_SERVER, str(llm_port)],
     ]
     with processes(servers, env):

@@ -380,7 +380,7 @@ def http_server(db_url: str, count: int = 1) -> Iterator[str]:
     try:
         for _ in range(count):
             port = free_port()
-            command = [sys.executable, "-m", "agl", "store", "serve", "--db", db_url]
+            command = [sys.executable, "-m", "agl", "store", "serve", "--store", db_url]
             command += ["--port", str(port), "--log-level", "warning"]
             procs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
             urls.append(f"http://127.0.0.1:{port}")

@@ -13,8 +13,8 @@ Linux only) while it:
    (:meth:`HttpStore.query_spans <agl.store.HttpStore.query_spans>`, which follows the
    server's pages of 1,000 spans).
 
-Run (from ``benchmarks/``): ``uv run --no-sync python store_memory.py --baseline main`` (a few
-minutes on 2 cores).
+Run (from ``benchmarks/``): ``uv run --no-sync python store_memory.py --baseline 691cf57`` (a
+revision that parsed the request whole; a few minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ async def add_spans(store: agl.Store, rollout_id: str, attempt_id: str, total: i
 async def export(args: argparse.Namespace, db: Path, encoding: str, label: str) -> None:
     """One export into a fresh server, after a small one of the same encoding (so what the
     first request of a kind loads, such as the protobuf modules, is not counted)."""
-    process, url = serve(db)
+    process, url = serve(db, "--db")  # the option's name at every revision
     pid = process.pid
     try:
         async with agl.open_store(url) as store, httpx.AsyncClient(timeout=600) as http:

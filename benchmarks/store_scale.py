@@ -32,11 +32,13 @@ from agl._spans import new_span_id, new_trace_id
 from agl.testing.ports import free_port
 
 
-def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(db: Path, option: str = "--store") -> tuple[subprocess.Popen[bytes], str]:
+    """``agl store serve OPTION sqlite:///DB`` on a free port (``--db``, the option's former
+    name, for servers of older revisions)."""
     port = free_port()
     agl = Path(sys.executable).with_name("agl")
     process = subprocess.Popen(
-        [str(agl), "store", "serve", "--db", f"sqlite:///{db}", "--port", str(port)],
+        [str(agl), "store", "serve", option, f"sqlite:///{db}", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -13,165 +13,50 @@
 The agents (``museum_guide.py``) are an ADK ``coordinator`` that looks the museum up with a tool
 and transfers to its sub-agent, the ``guide``, which answers the visitor; the reward is whether
 the answer states the museum's number (``museums.py``). The runners trace them with agl's ADK
-instrumentation (``agl-google-adk``):
+instrumentation (``agl-google-adk``).
 
-- the default run (``Trainer.dev``) prints every rollout, then a table per agent: its LLM calls
-  and the mean reward of the rollouts it took part in;
-- ``--train`` maps the agents to algorithms, ``{"guide": LightningRLTorch(...), "*": None}``:
-  the guide runs on the tiny model and only its calls become transitions; the coordinator is
-  frozen on a fixed model of its own (the stand-in, published as ``coordinator_llm``), so it
-  still finds the museum and transfers while the guide learns. Its calls are counted and left
-  alone. It prints each step's calls per agent and the transitions trained on.
-
-The tiny model starts from random weights, so its answers are noise and every reward is 0: the
-run shows the machinery (token ids, attribution, the update), not learning. It keeps groups
-whose rewards are all equal (advantage 0) so that the transitions exist to look at; with a real
-model, leave :class:`agl.TransitionBuilder` at its default and drop them.
+The command line is :class:`agl.Script`'s: the default run prints a table per agent (its LLM
+calls, the mean reward of the rollouts it took part in);
+``--train`` maps the agents to algorithms,
+``{"guide": LightningRLTorch(...), "*": None}``:
+the guide runs on the tiny model and only its calls become transitions; the coordinator is
+frozen on a fixed model of its own (the stand-in, published as ``coordinator_llm``), so it
+still finds the museum and transfers while the guide learns. Its calls are counted and left
+alone.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import statistics
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import museums
+import stand_in
 from museum_guide import COORDINATE, GUIDE, museum_guide
-from rich.console import Console
 
 import agl
-from agl import read_metrics
-from agl.lightning import agent_stats, agent_steps_table, agents_table
-
-__all__ = ["INSTRUMENT", "dev", "main", "train"]
-
-INSTRUMENT = ["google-adk"]
-"""What the runners trace: Google ADK (``agl-google-adk``)."""
 
 
-def dev(
-    tasks: Sequence[Mapping[str, Any]],
-    llm: agl.LLM,
-    *,
-    run_dir: Path,
-    console: bool | Console = True,
-) -> agl.FitResult:
-    """Run the agents once over ``tasks`` with ``llm``; nothing is trained."""
-    trainer = agl.Trainer(
-        run_dir=run_dir,
-        resources={"llm": llm},
-        concurrency=8,
-        instrument=INSTRUMENT,
-        console=console,
-        progress=console is not False,
-        plot=False,
-    )
-    return trainer.dev(museum_guide, list(tasks))
-
-
-def train(
-    tasks: Sequence[Mapping[str, Any]],
-    *,
-    run_dir: Path,
-    steps: int = 3,
-    tasks_per_step: int = 2,
-    n_samples: int = 2,
-    max_tokens: int = 24,
-    lr: float = 1e-3,
-    console: bool | Console = True,
-    algorithm: type[Any] | None = None,
-) -> agl.FitResult:
-    """Train the guide (only) with LightningRL on a tiny model built in code.
-
-    ``algorithm`` replaces :class:`~agl_torch.rl.LightningRLTorch` with a subclass of it (to
-    look at each step's batch, say).
-    """
+def guide_rl(run: agl.ScriptRun, algorithm: type[Any] | None = None) -> dict[str, Any]:
+    """``--train``: LightningRL for the guide only, on a tiny model built in code."""
+    from agl_torch.demo import tiny_rl
     from agl_torch.rl import LightningRLTorch
-    from agl_torch.settings import CheckpointSettings, LearnerSettings
-    from agl_torch.tiny import build_tiny_model
 
-    # A tokenizer trained on the task's own text keeps the prompts short.
     corpus = [COORDINATE, GUIDE, *(q["question"] for q in museums.questions())]
     corpus += [str(museums.find(q["museum"])) for q in museums.questions()]
-    model = build_tiny_model(
-        run_dir / "tiny-model", corpus=corpus, vocab_size=512, max_position_embeddings=4096
-    )
-    guide = (algorithm or LightningRLTorch)(
-        model,
-        loop=agl.LoopSettings(
-            n_epochs=math.ceil(steps * tasks_per_step / len(tasks)),  # as many as `steps` needs
-            n_samples=n_samples,
-            batch_size=tasks_per_step,
-            max_steps=steps,
-        ),
-        learner=LearnerSettings(lr=lr),
-        sampling=agl.SamplingSettings(max_tokens=max_tokens),
-        # Random weights: every reward is 0. Keep those groups (advantage 0) to show them.
-        transitions=agl.TransitionBuilder(drop_zero_variance=False),
-        checkpoints=CheckpointSettings(every=0),
-    )
-    import stand_in
-
-    from agl.testing.openai_server import OpenAIServer
-
-    # The coordinator stays fixed on a model of its own; here the stand-in plays it.
-    with OpenAIServer(stand_in.script(tasks, stand_in.default_plan(tasks))) as coordinator:
-        trainer = agl.Trainer(
-            algorithm={"guide": guide, "*": None},
-            resources={"coordinator_llm": agl.LLM(endpoint=coordinator.url, model="stand-in")},
-            run_dir=run_dir,
-            concurrency=tasks_per_step * n_samples,
-            instrument=INSTRUMENT,
-            console=console,
-            progress=console is not False,
-            plot=False,
-        )
-        return trainer.fit(museum_guide, list(tasks))
+    return {"guide": tiny_rl(run, corpus, algorithm=algorithm or LightningRLTorch), "*": None}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/google-adk-museums"))
-    parser.add_argument("--split", choices=["train", "val", "all"], default=None)
-    parser.add_argument("--endpoint", help="an OpenAI-compatible base URL (default: stand-in)")
-    parser.add_argument("--model", default="stand-in", help="the model name to ask for")
-    parser.add_argument("--train", action="store_true", help="train the guide with RL")
-    parser.add_argument("--steps", type=int, default=3, help="RL steps (--train)")
-    parser.add_argument("--quiet", action="store_true", help="no progress or run summaries")
-    args = parser.parse_args(argv)
-    out = Console()
-    log: bool | Console = not args.quiet
-    tasks = museums.questions(args.split or ("train" if args.train else "val"))
-
-    if args.train:
-        train(tasks, run_dir=args.run_dir, steps=args.steps, console=log)
-        out.print(agent_steps_table(read_metrics(args.run_dir)))
-        out.print(f"only the guide was trained. Run dir: {args.run_dir}")
-        return
-
-    if args.endpoint is not None:
-        llm = agl.LLM(endpoint=args.endpoint, model=args.model)
-        result = dev(tasks, llm, run_dir=args.run_dir, console=log)
-    else:
-        import stand_in
-
-        from agl.testing.openai_server import OpenAIServer
-
-        plan = stand_in.default_plan(tasks)
-        with OpenAIServer(stand_in.script(tasks, plan)) as server:
-            llm = agl.LLM(endpoint=server.url, model=args.model)
-            result = dev(tasks, llm, run_dir=args.run_dir, console=log)
-    out.print(agents_table(agent_stats(result.results)))
-    rewards = [r.reward or 0.0 for r in result.results]
-    out.print(
-        f"mean reward {statistics.fmean(rewards):.3f} over {len(rewards)} questions; "
-        f"traces: agl rollouts list --store {result.store_url}"
-    )
-
+SCRIPT = agl.Script(
+    "google-adk-museums",
+    agent=museum_guide,
+    tasks=museums.questions,
+    instrument=["google-adk"],
+    algorithm=guide_rl,
+    # the coordinator stays frozen on a fixed model of its own: the stand-in, or --endpoint's
+    resources=lambda run: {"coordinator_llm": run.llm},
+    stand_in=lambda tasks: stand_in.script(tasks, stand_in.default_plan(tasks)),
+    trained="only the guide was trained",
+)
 
 if __name__ == "__main__":
-    main()
+    SCRIPT.main(description=(__doc__ or "").splitlines()[0])

@@ -78,6 +78,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ],
             "spans/s one hot row",
         ),
+        ("span_buffer.py", ["--mb", "1"], "gateway "),
     ],
     ids=[
         "store",
@@ -93,6 +94,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "store_scale",
         "store_memory",
         "store_counts",
+        "span_buffer",
     ],
 )
 def test_the_benchmark_runs_on_a_small_workload(

@@ -1,4 +1,5 @@
-"""``import agl.auto``: runners trace every installed library unless told otherwise.
+"""``import agl.auto``: runners trace every installed library, ``instrument`` adding to them,
+unless ``auto_instrument=False``.
 
 The switch is process-wide, so each check runs in a fresh interpreter.
 """
@@ -41,8 +42,12 @@ def test_runners_trace_nothing_by_default_and_everything_after_the_import() -> N
         everything = sorted(PluginManager().provided("agl_instrumentors"))
         assert "openai" in everything, everything
         assert agl.Runner(lambda task: 1.0, "memory://").instrument == everything
-        explicit = agl.Runner(lambda task: 1.0, "memory://", instrument=["openai"])
-        assert explicit.instrument == ["openai"]
+        added = agl.Runner(lambda task: 1.0, "memory://", instrument=["openai"])
+        assert added.instrument == ["openai", *(n for n in everything if n != "openai")]
+        only = agl.Runner(
+            lambda task: 1.0, "memory://", instrument=["openai"], auto_instrument=False
+        )
+        assert only.instrument == ["openai"]
         """
     )
 

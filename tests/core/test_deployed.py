@@ -241,6 +241,7 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
+@pytest.mark.timeout(480)  # five processes start: minutes on a loaded machine
 async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes(
     tmp_path: Path, processes: Processes, model: OpenAIServer, postgres: PostgresServer
 ) -> None:
@@ -307,6 +308,7 @@ async def test_three_store_servers_over_postgresql_lose_one_and_the_run_finishes
         assert worked_after, processes.logs()
 
 
+@pytest.mark.timeout(480)  # five processes start: minutes on a loaded machine
 async def test_a_trainer_over_three_store_servers_finishes_when_one_is_killed(
     tmp_path: Path, processes: Processes, postgres: PostgresServer
 ) -> None:
@@ -331,7 +333,7 @@ async def test_a_trainer_over_three_store_servers_finishes_when_one_is_killed(
                 stats = await watcher.statistics()
                 return stats.rollouts_by_status[RolloutStatus.SUCCEEDED] >= 4
 
-            await processes.until(some_succeeded, "4 rollouts succeeded", 60)
+            await processes.until(some_succeeded, "4 rollouts succeeded", 240)
             servers[0].process.kill()  # the trainer's and runner-0's first server
             servers[0].process.wait(timeout=30)
             stats = await watcher.statistics()

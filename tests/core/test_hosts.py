@@ -109,8 +109,8 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-# Its waits add up to 8 minutes at worst; ~60 s alone, ~120 s beside another test worker.
-@pytest.mark.timeout(480)
+# Its waits add up to 10 minutes at worst; ~60 s alone, ~120 s beside another test worker.
+@pytest.mark.timeout(600)
 async def test_a_runner_host_cut_off_mid_run_is_retried_elsewhere_and_refused_after(
     tmp_path: Path, hosts: Hosts
 ) -> None:
@@ -178,7 +178,9 @@ async def test_a_runner_host_cut_off_mid_run_is_retried_elsewhere_and_refused_af
         for runner in runners.values():
             runner.process.terminate()
         for runner in runners.values():
-            assert runner.exit_code(60) == 0, procs.logs()
+            # A stop lets running rollouts finish for up to the grace period (30 s by default),
+            # then releases the rest and ends: 30 s and room for a loaded machine.
+            assert runner.exit_code(30 + 90) == 0, procs.logs()
         summaries = {name: runner_summary(runner) for name, runner in runners.items()}
 
     assert result["pending"] == [], result

@@ -18,7 +18,7 @@ import pytest
 
 import agl
 from agl import LLM, InvalidInputError, PromptTemplate, Resource
-from agl.lightning import TransitionBuilder
+from agl.lightning import AgentSelector, TransitionBuilder
 from agl.testing.openai_server import OpenAIServer, echo
 
 SEEN: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -418,3 +418,62 @@ def test_an_algorithms_own_agents_rule_narrows_what_it_trains(tmp_path: Path) ->
     assert {t.agent for t in batch.transitions} == {"writer"}  # was: every agent's calls
     # 2 tasks x 2 samples, each with a checker and a narrator call
     assert batch.transitions.report.notes["other_agents_calls"] == 4 * 2
+
+
+class _SeesItsLoop(agl.Baseline):
+    """Records the loop settings its context carries at setup and at every step."""
+
+    name = "sees-its-loop"
+
+    def __init__(self) -> None:
+        super().__init__(loop=agl.LoopSettings(batch_size=2))  # max_staleness=0, n_samples=1
+        self.seen: list[agl.LoopSettings] = []
+
+    async def setup(self, ctx: agl.AlgorithmContext) -> dict[str, Resource]:
+        self.seen.append(ctx.loop)
+        return {}
+
+    async def step(self, ctx: agl.AlgorithmContext, batch: agl.StepBatch) -> dict[str, Resource]:
+        self.seen.append(ctx.loop)
+        return {}
+
+
+@agl.rollout
+async def _constant(task: int) -> float:
+    return 1.0
+
+
+def test_every_algorithm_runs_by_the_per_agent_runs_loop(tmp_path: Path) -> None:
+    """A per-agent run's settings reach its algorithms, not only its loop: an algorithm whose
+    own loop is synchronous sees max_staleness=2 (it settles what depends on it, such as an
+    off-policy loss, from ``ctx.loop``)."""
+    algorithm = _SeesItsLoop()
+    per_agent = agl.PerAgent({"*": algorithm}, max_staleness=2, n_samples=2)
+    trainer = agl.Trainer(per_agent, run_dir=tmp_path / "run", console=False, plot=False)
+    trainer.fit(_constant, [1, 2, 3, 4])
+    assert algorithm.loop.max_staleness == 0  # its own settings are left as they were
+    assert len(algorithm.seen) == 3  # setup and two steps
+    assert all(loop == per_agent.settings for loop in algorithm.seen), algorithm.seen
+    assert {(loop.max_staleness, loop.n_samples) for loop in algorithm.seen} == {(2, 2)}
+
+
+def test_agent_keys_follow_the_transition_builders_rule() -> None:
+    """Names first, then patterns in order: shell-style and ``re:`` alike (a ``re:`` key was
+    taken as a literal name)."""
+    rl, prompts = WriterRL("http://x/v1"), CheckerPrompts("http://x/v1")
+    per_agent = agl.Trainer(
+        {"re:(re)?writer": rl, "checker-[0-9]": prompts, "rewriter": prompts, "*": None}
+    ).algorithm
+    assert isinstance(per_agent, agl.PerAgent)
+    assert per_agent.owner("writer") is rl
+    assert per_agent.owner("rewriter") is prompts  # an exact name wins over a pattern
+    assert per_agent.owner("checker-7") is prompts
+    assert per_agent.owner("writers") is None  # a regular expression matches the whole name
+    assert per_agent.owner(None) is None
+    for agent in ("writer", "rewriter", "checker-7", "writers", None):  # the same rule
+        keys = [key for key in ("re:(re)?writer", "checker-[0-9]") if AgentSelector(key)(agent)]
+        expected = {"re:(re)?writer": rl, "checker-[0-9]": prompts}
+        if agent != "rewriter" and keys:
+            assert per_agent.owner(agent) is expected[keys[0]]
+    with pytest.raises(InvalidInputError, match="not a valid regular expression"):
+        agl.PerAgent({"re:(": rl})

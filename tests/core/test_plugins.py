@@ -800,6 +800,7 @@ def test_cli_plugins_json(install: Install, monkeypatch: pytest.MonkeyPatch) -> 
         "resource_types": [],
         "hooks": ["agl_rollout_start", "agl_rollout_end", "agl_step_end"],
         "ignored": [],
+        "unmet_requirements": [],
     }
     assert found["agl-t-misspelled"]["status"] == "invalid"
     assert "did you mean agl_algorithms?" in found["agl-t-misspelled"]["error"]

@@ -18,7 +18,8 @@ EXPECTED = {
     "ResourcesPage", "MetricsRow", "MetricsPage",
     "Rollout", "RolloutConfig", "RolloutPage", "RolloutRequest", "RolloutStatus", "Span",
     "SpanEvent", "SpanKind", "SpanLink", "SpanStatus", "StatusCode", "Store", "StoreError",
-    "StoreStatistics", "StoreUnavailableError", "TemplateFormatError", "UnauthorizedError",
+    "StoreStatistics", "StoreFullError", "StoreUnavailableError", "TemplateFormatError",
+    "UnauthorizedError",
     "Worker", "open_store", "register_resource_type", "resource_types", "NoRolloutError",
     "Tracer", "emit_annotation", "emit_exception", "emit_message", "emit_object", "emit_reward",
     "operation", "Algorithm", "AlgorithmContext", "Baseline", "FitResult", "LitAgent",
@@ -26,14 +27,14 @@ EXPECTED = {
     "Transition", "TransitionBatch", "PerAgent", "StepAlgorithm", "StepBatch", "LoopSettings",
     "SamplingSettings", "DatasetSource", "ServerThread", "check_at_least", "load_tasks",
     "model_or_env", "plot_metrics", "read_metrics", "reward_metrics", "settings",
-    "CommandAgent", "CommandResult",
+    "CommandAgent", "CommandResult", "Script", "ScriptRun",
 }  # fmt: skip
 
 
 FACADES = {
     "agl.store": {
-        "ClosingStore", "HttpStore", "MemoryStore", "SQLiteStore", "Store", "StoreServer",
-        "StoreStatistics", "open_store",
+        "ClosingStore", "HttpStore", "MemoryStore", "PostgresStore", "SQLiteStore", "Store",
+        "StoreServer", "StoreStatistics", "open_store",
     },
     "agl.tracing": {
         "Instrumentor", "InstrumentorFactory", "Normalize", "NormalizingSpan",

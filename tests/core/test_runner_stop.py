@@ -48,9 +48,14 @@ class StopsWhileClaiming(MemoryStore):
     runner: Runner | None = None
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[agl.Claim]:
-        claims = await super().dequeue_rollouts(limit, worker_id, wait)
+        claims = await super().dequeue_rollouts(limit, worker_id, wait, request_id=request_id)
         if claims and self.runner is not None:
             self.runner.stop()
             await asyncio.sleep(0.05)  # the stop request reaches the runner's loop
@@ -92,8 +97,10 @@ async def test_a_stop_without_drain_releases_claims_not_yet_started() -> None:
 
     original = store.dequeue_rollouts
 
-    async def dequeue(limit: int = 1, worker_id: str | None = None, wait: float = 0.0) -> Any:
-        claims = await original(limit, worker_id, wait)
+    async def dequeue(
+        limit: int = 1, worker_id: str | None = None, wait: float = 0.0, **kwargs: Any
+    ) -> Any:
+        claims = await original(limit, worker_id, wait, **kwargs)
         if claims:
             the_runner.stop(drain=False)
             await asyncio.sleep(0.05)  # the stop request reaches the runner's loop

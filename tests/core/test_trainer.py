@@ -137,7 +137,7 @@ def test_a_store_that_refuses_metrics_does_not_stop_training(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Refusing(agl.store.MemoryStore):
-        async def add_metrics(self, rows: Any) -> None:
+        async def add_metrics(self, rows: Any, *, request_id: str | None = None) -> None:
             raise agl.StoreUnavailableError("store at http://nowhere unreachable")
 
     trainer = agl.Trainer(

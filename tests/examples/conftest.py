@@ -4,6 +4,8 @@ keeps what it trained on, and the checks of an RL run that trains one agent of s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib
 import importlib.util
 import sys
@@ -149,3 +151,18 @@ def check_one_agent_trained() -> Callable[..., None]:
         assert not any(f"agents/{frozen}/transitions" in row for row in rows)
 
     return check
+
+
+def train_example(
+    run: ModuleType, algorithms: str, tasks: Sequence[Any], run_dir: Path, algorithm: type[Any]
+) -> agl.FitResult:
+    """Train as an example's ``run.py --train --steps 2`` does, on ``tasks``, with
+    ``algorithm`` (a recording LightningRLTorch) in place of LightningRLTorch: ``algorithms``
+    names the example's function that maps its agents to algorithms."""
+    script = run.SCRIPT
+    with script.model(None, "stand-in", "train") as llm:
+        settings = agl.ScriptRun(
+            run_dir=run_dir, split="train", tasks=list(tasks), steps=2, console=False, llm=llm
+        )
+        chosen = functools.partial(getattr(run, algorithms), algorithm=algorithm)
+        return dataclasses.replace(script, algorithm=chosen).fit(settings)

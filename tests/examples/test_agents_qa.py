@@ -25,7 +25,7 @@ import pytest
 
 import agl
 from agl import read_metrics, semconv
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.openai_wire import WIRES
 from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
 
@@ -67,9 +67,9 @@ if str(EXAMPLE) not in sys.path:
 qa_agent = importlib.import_module("qa_agent")
 qa_world = importlib.import_module("qa_world")
 stand_in = _load("stand_in", "agents_qa_stand_in")
-with _our_stand_in():
+with _our_stand_in():  # both import `stand_in`: this example's
     qa_training = importlib.import_module("qa_training")
-run = _load("run", "agents_qa_run")
+    run = _load("run", "agents_qa_run")
 
 RIGHT_AGENTS = ["researcher", "researcher", "researcher", "answerer"]
 """Every stand-in rollout: search, search, hand off (or stop), answer."""
@@ -239,7 +239,7 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
     assert Counter(plan.values()) == {"right": 12, "wrong": 4, "finish": 4}
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path, console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path, console=False)
         requests = _chat_requests(server)
 
     assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
@@ -274,7 +274,7 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
         assert len(seen) == (3 if handed_off else 2), question["id"]  # + the handoff's output
         assert "tools" not in request
 
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert set(stats) == {"researcher", "answerer"}
     assert stats["researcher"].calls == 60
     assert stats["answerer"].calls == 20
@@ -291,12 +291,12 @@ def test_the_script_prints_the_table_per_agent(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with _our_stand_in():
-        run.main(["--run-dir", str(tmp_path), "--quiet"])
+        run.SCRIPT.main(["--run-dir", str(tmp_path), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     # the validation questions: one answered wrong (the 5th), one without a handoff (the 3rd)
     assert rows == {"answerer": ["6", "6", "0.833"], "researcher": ["18", "6", "0.833"]}
-    assert "mean reward 0.833 over 6 questions" in out
+    assert "mean reward 0.833 over 6 tasks" in out
 
 
 # --- the generated world of --train ------------------------------------------------------------

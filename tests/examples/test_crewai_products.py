@@ -22,8 +22,10 @@ import pytest
 
 import agl
 from agl import read_metrics, semconv
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.testing.openai_server import OpenAIServer
+
+from .conftest import train_example
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "crewai_products"
@@ -49,7 +51,6 @@ if str(EXAMPLE) not in sys.path:
 products = importlib.import_module("products")
 support_crew = importlib.import_module("support_crew")
 stand_in = _load("stand_in", "crewai_products_stand_in")
-run = _load("run", "crewai_products_run")
 
 
 @contextmanager
@@ -64,6 +65,10 @@ def _our_stand_in() -> Iterator[None]:
             del sys.modules["stand_in"]
         else:
             sys.modules["stand_in"] = before
+
+
+with _our_stand_in():  # run.py imports `stand_in`: this example's
+    run = _load("run", "crewai_products_run")
 
 
 @pytest.fixture
@@ -155,7 +160,7 @@ def test_dev_run_rewards_calls_and_tools(crewai_adapter: None, tmp_path: Path) -
     assert list(plan.values()).count("wrong") == 4
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path / "run", console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path / "run", console=False)
         requests = server.request_count
 
     assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
@@ -184,7 +189,7 @@ def test_dev_run_rewards_calls_and_tools(crewai_adapter: None, tmp_path: Path) -
         facts = json.loads(str(tool.attributes[semconv.AGL_TOOL_RESULT]))
         assert facts["product"] == looked_up
 
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {"researcher": 32, "writer": 16}
     assert sum(s.calls for s in stats.values()) == requests
     assert stats["writer"].mean_reward == pytest.approx(12 / 16)
@@ -198,12 +203,12 @@ def test_the_script_prints_the_table_per_agent(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with _our_stand_in():
-        run.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
+        run.SCRIPT.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     # the validation questions: the 4th looks up the wrong product
     assert rows == {"researcher": ["8", "4", "0.750"], "writer": ["4", "4", "0.750"]}
-    assert "mean reward 0.750 over 4 questions" in out
+    assert "mean reward 0.750 over 4 tasks" in out
 
 
 # --- RL on the writer only ----------------------------------------------------------------------
@@ -216,7 +221,7 @@ def test_training_only_the_writer(crewai_adapter: None, tmp_path: Path, recorded
 
     tasks = products.questions("train")[:2]
     run_dir = tmp_path / "run"
-    run.train(tasks, run_dir=run_dir, steps=2, console=False, algorithm=recorded_rl.algorithm)
+    train_example(run, "writer_rl", tasks, run_dir, recorded_rl.algorithm)
     [writer] = recorded_rl.instances
     tokenizer: Any = AutoTokenizer.from_pretrained(run_dir / "tiny-model")
     assert len(writer.batches) == 2

@@ -18,9 +18,11 @@ import pytest
 
 import agl
 from agl import semconv
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.testing.gateway_rollouts import spans_of_type
 from agl.testing.openai_server import OpenAIServer
+
+from .conftest import train_example
 
 pytest.importorskip("agl_google_adk", reason="the example needs agl-google-adk")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -55,7 +57,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tools(
     plan = stand_in.default_plan(questions)
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path / "run", console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path / "run", console=False)
         # A client that timed out on a loaded machine sends the same request again: the calls
         # made are the distinct requests (a CI run at load 6-17 saw 32 requests for 24 calls,
         # each question's three calls all there and attributed).
@@ -74,7 +76,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tools(
         arguments = json.loads(str(tools[0].attributes[semconv.AGL_TOOL_ARGUMENTS]))
         facts = json.loads(str(tools[0].attributes[semconv.AGL_TOOL_RESULT]))
         assert facts["museum"] == arguments["name"]
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {"coordinator": 16, "guide": 8}
     assert sum(s.calls for s in stats.values()) == requests
 
@@ -87,11 +89,11 @@ def test_the_script_prints_the_table_per_agent(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with example.own_stand_in():
-        example.run.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
+        example.run.SCRIPT.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     assert rows == {"coordinator": ["8", "4", "0.750"], "guide": ["4", "4", "0.750"]}
-    assert "mean reward 0.750 over 4 questions" in out
+    assert "mean reward 0.750 over 4 tasks" in out
 
 
 @pytest.mark.slow
@@ -101,10 +103,7 @@ def test_training_only_the_guide(
 ) -> None:
     tasks = example.museums.questions("train")[:2]
     run_dir = tmp_path / "run"
-    with example.own_stand_in():
-        example.run.train(
-            tasks, run_dir=run_dir, steps=2, console=False, algorithm=recorded_rl.algorithm
-        )
+    train_example(example.run, "guide_rl", tasks, run_dir, recorded_rl.algorithm)
     [guide] = recorded_rl.instances
     check_one_agent_trained(
         guide, run_dir, "guide", "coordinator", "You are the guide.", frozen_off_gateway=True

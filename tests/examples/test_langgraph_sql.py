@@ -21,7 +21,7 @@ import pytest
 
 import agl
 from agl import read_metrics
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,7 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
     plan = {q["id"]: outcomes[i % 3] for i, q in enumerate(questions)}
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path, console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path, console=False)
         requests = server.request_count
 
     assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
@@ -161,7 +161,7 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
         assert agents == expected_agents[plan_says], (question["id"], agents)
     assert [r.reward for r in result.results] == [0.0 if i % 3 == 2 else 1.0 for i in range(30)]
 
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {
         "writer": 30,
         "checker": 40,
@@ -180,7 +180,7 @@ def test_the_script_prints_the_table_per_agent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
-    run.main(["--run-dir", str(tmp_path), "--quiet"])
+    run.SCRIPT.main(["--run-dir", str(tmp_path), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:7:2] for line in out.splitlines() if "│" in line}
     # the validation questions: 2 of 8 caught and rewritten, 2 missed by the checker
@@ -189,7 +189,7 @@ def test_the_script_prints_the_table_per_agent(
         "rewriter": ["2", "2"],
         "writer": ["8", "8"],
     }
-    assert "mean reward 0.750 over 8 questions" in out
+    assert "mean reward 0.750 over 8 tasks" in out
 
 
 # --- generated questions, the fixed checker, the teacher --------------------------------------

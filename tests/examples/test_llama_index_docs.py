@@ -18,9 +18,11 @@ import pytest
 
 import agl
 from agl import semconv
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.testing.gateway_rollouts import spans_of_type
 from agl.testing.openai_server import OpenAIServer
+
+from .conftest import train_example
 
 pytest.importorskip("agl_llama_index", reason="the example needs agl-llama-index")
 
@@ -70,7 +72,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tools(
     plan = stand_in.default_plan(questions)
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path / "run", console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path / "run", console=False)
         requests = server.request_count
     assert all(r.succeeded for r in result.results), [r.error for r in result.results]
     assert [r.reward for r in result.results] == [
@@ -90,7 +92,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tools(
         page = str(tools[0].attributes[semconv.AGL_TOOL_RESULT])
         assert page.startswith(search["query"].removesuffix(" lighthouse"))
         assert handoff == {"to_agent": "writer", "reason": "The page is found."}
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {"researcher": 16, "writer": 8}
     assert sum(s.calls for s in stats.values()) == requests
 
@@ -103,11 +105,11 @@ def test_the_script_prints_the_table_per_agent(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with example.own_stand_in():
-        example.run.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
+        example.run.SCRIPT.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     assert rows == {"researcher": ["8", "4", "0.750"], "writer": ["4", "4", "0.750"]}
-    assert "mean reward 0.750 over 4 questions" in out
+    assert "mean reward 0.750 over 4 tasks" in out
 
 
 @pytest.mark.slow
@@ -117,10 +119,7 @@ def test_training_only_the_writer(
 ) -> None:
     tasks = example.lighthouses.questions("train")[:2]
     run_dir = tmp_path / "run"
-    with example.own_stand_in():
-        example.run.train(
-            tasks, run_dir=run_dir, steps=2, console=False, algorithm=recorded_rl.algorithm
-        )
+    train_example(example.run, "writer_rl", tasks, run_dir, recorded_rl.algorithm)
     [writer] = recorded_rl.instances
     check_one_agent_trained(
         writer, run_dir, "writer", "researcher", "You are the writer.", frozen_off_gateway=True

@@ -16,9 +16,11 @@ import pytest
 
 import agl
 from agl import semconv
-from agl.lightning import extract_calls
+from agl.lightning import agent_stats, extract_calls
 from agl.testing.gateway_rollouts import spans_of_type
 from agl.testing.openai_server import OpenAIServer
+
+from .conftest import train_example
 
 pytest.importorskip("agl_pydantic_ai", reason="the example needs agl-pydantic-ai")
 
@@ -55,7 +57,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tool(
     plan = stand_in.default_plan(questions)
     with OpenAIServer(stand_in.script(questions, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.dev(questions, llm, run_dir=tmp_path / "run", console=False)
+        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path / "run", console=False)
         requests = server.request_count
     assert all(r.succeeded for r in result.results), [r.error for r in result.results]
     assert [r.reward for r in result.results] == [
@@ -70,7 +72,7 @@ def test_dev_run_attributes_calls_to_agents_and_records_the_tool(
         arguments = json.loads(str(tool.attributes[semconv.AGL_TOOL_ARGUMENTS]))
         facts = json.loads(str(tool.attributes[semconv.AGL_TOOL_RESULT]))
         assert facts["order_id"] == arguments["order_id"]
-    stats = run.agent_stats(result.results)
+    stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {"support": 16, "triage": 8}
     assert sum(s.calls for s in stats.values()) == requests
 
@@ -83,11 +85,11 @@ def test_the_script_prints_the_table_per_agent(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with example.own_stand_in():
-        example.run.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
+        example.run.SCRIPT.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
     out = capsys.readouterr().out
     rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
     assert rows == {"support": ["8", "4", "0.750"], "triage": ["4", "4", "0.750"]}
-    assert "mean reward 0.750 over 4 questions" in out
+    assert "mean reward 0.750 over 4 tasks" in out
 
 
 @pytest.mark.slow
@@ -97,8 +99,6 @@ def test_training_only_the_support_agent(
 ) -> None:
     tasks = example.orders.questions("train")[:2]
     run_dir = tmp_path / "run"
-    example.run.train(
-        tasks, run_dir=run_dir, steps=2, console=False, algorithm=recorded_rl.algorithm
-    )
+    train_example(example.run, "support_rl", tasks, run_dir, recorded_rl.algorithm)
     [support] = recorded_rl.instances
     check_one_agent_trained(support, run_dir, "support", "triage", "You are support.")

@@ -131,3 +131,46 @@ async def _read_back(db: Path) -> tuple[dict[str, set[str]], dict[str, Any]]:
         latest = await store.get_resources()
     assert latest is not None
     return called, dict(latest.resources)
+
+
+@agl.rollout
+async def write(task: dict[str, Any], llm: agl.LLM) -> float:
+    with agl.agent_span("writer"):
+        draft = await _ask(llm, f"write about {task['q']}")
+    return min(len(draft), 12) / 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_per_agent_runs_staleness_reaches_the_learner(tmp_path: Path) -> None:
+    """``PerAgent(..., max_staleness=1)`` over an algorithm whose own loop is synchronous: the
+    run trains on data one version stale, so ``off_policy="auto"`` must pick decoupled PPO (it
+    picked plain PPO from the algorithm's own settings, against the data it got)."""
+    writer = LightningRLTorch(
+        build_tiny_model(tmp_path / "base", corpus=CORPUS, seed=0),
+        loop=agl.LoopSettings(n_samples=2, batch_size=2, max_steps=2),  # max_staleness=0
+        sampling=agl.SamplingSettings(max_tokens=6),
+        transitions=agl.TransitionBuilder(drop_zero_variance=False),
+    )
+    per_agent = agl.PerAgent({"writer": writer, "*": None}, max_staleness=1)
+    assert writer.loop.max_staleness == 0
+    run_dir = tmp_path / "run"
+    trainer = agl.Trainer(
+        per_agent,
+        store=f"sqlite:///{tmp_path / 'store.db'}",
+        run_dir=run_dir,
+        instrument=["openai"],
+        concurrency=8,
+        progress=False,
+        console=False,
+        plot=False,
+    )
+    tasks = [{"q": "a fox"}, {"q": "the sea"}, {"q": "a story"}, {"q": "numbers"}]
+    result = trainer.fit(write, tasks)
+    assert result.totals["succeeded"] == 8
+    assert writer.policy is not None
+    assert writer.policy.learner is not None
+    assert writer.policy.learner.off_policy == "decoupled"
+    rows = [row for row in read_metrics(run_dir) if "actor/updates" in row]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all("actor/importance_mean" in row for row in rows), rows  # decoupled PPO's figures

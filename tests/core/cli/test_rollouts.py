@@ -547,3 +547,10 @@ def test_show_reads_spans_the_real_tracer_and_emitters_wrote(tmp_path: Path) -> 
     assert data["final_reward"] == 0.75
     listed = json.loads(invoke("rollouts", "list", "--store", url, "--json").stdout)
     assert listed["rollouts"][0]["reward"] == 0.75
+
+
+def test_a_malformed_store_url_is_named_without_its_password() -> None:
+    result = invoke("rollouts", "list", "--store", "postgresql://agl:hunter2@localhost:badport/db")
+    assert result.exit_code != 0
+    assert "badport" in result.output
+    assert "hunter2" not in result.output

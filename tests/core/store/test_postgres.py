@@ -78,6 +78,31 @@ async def test_concurrent_dequeues_from_three_stores_claim_each_rollout_once(url
             await store.close()
 
 
+async def test_one_request_sent_to_three_stores_at_once_claims_once(url: str) -> None:
+    """A dequeue repeated on other servers while the first is still at work (a client that
+    gave up waiting): one carries it out, the others answer with its claims."""
+    stores = [agl.open_store(url) for _ in range(3)]
+    try:
+        await stores[0].enqueue_rollouts([RolloutRequest(input=i) for i in range(6)])
+        for round_ in range(5):
+            answers = await asyncio.gather(
+                *(
+                    store.dequeue_rollouts(limit=1, worker_id="w", request_id=f"rq-{round_}")
+                    for store in stores
+                )
+            )
+            ids = {tuple(claim.attempt.attempt_id for claim in answer) for answer in answers}
+            assert len(ids) == 1, answers
+            assert len(next(iter(ids))) == 1, answers
+        page = await stores[1].query_rollouts(status=RolloutStatus.PREPARING)
+        assert page.total == 5  # five requests, five claims
+        [worker] = await stores[2].query_workers()
+        assert worker.num_claimed == 5
+    finally:
+        for store in stores:
+            await store.close()
+
+
 async def test_spans_added_to_one_rollout_from_two_stores_get_gap_free_ids(url: str) -> None:
     a, b = agl.open_store(url), agl.open_store(url)
     try:
@@ -212,8 +237,11 @@ async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
         by_worker = await store.query_rollouts(worker_id="old-w")
         assert [rollout.rollout_id for rollout in by_worker.rollouts] == ["ran"]
         assert await store.query_workers() == [worker]
-        claims = await store.dequeue_rollouts(worker_id="w")
+        claims = await store.dequeue_rollouts(worker_id="w", request_id="rq-after-migration")
         assert [claim.rollout.rollout_id for claim in claims] == ["kept"]
+        assert await store.dequeue_rollouts(worker_id="w", request_id="rq-after-migration") == (
+            claims
+        )
         assert (await store.query_rollouts(worker_id="w")).rollouts[0].rollout_id == "kept"
         (seen,) = await store.query_workers()
         assert (seen.first_seen_time, seen.num_claimed) == (1.0, 4)
@@ -377,7 +405,7 @@ async def test_a_full_disk_is_named_and_what_was_stored_stays() -> None:
                 span = _span("r", claim.attempt.attempt_id, index, attributes={"blob": blob})
                 try:
                     await store.add_spans([span])
-                except agl.StoreError as exc:
+                except agl.StoreFullError as exc:  # retryable: nothing of it was written
                     error = exc
                     break
                 acknowledged += 1

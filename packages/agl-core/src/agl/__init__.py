@@ -19,6 +19,7 @@ from agl._errors import (
     InvalidInputError,
     NotFoundError,
     StoreError,
+    StoreFullError,
     StoreUnavailableError,
     TemplateFormatError,
     UnauthorizedError,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from agl._per_agent import PerAgent
     from agl._results import RolloutResult
     from agl._runner import Runner
+    from agl._script import Script, ScriptRun
     from agl._server_thread import ServerThread
     from agl._trainer import FitResult, Trainer
     from agl.hookspecs import hookimpl
@@ -97,7 +99,7 @@ _LAZY = {
     "reward_metrics": "agl._algorithm",
     "FitResult": "agl._trainer",
     "TransitionBuilder": "agl.lightning",
-    "LoopSettings": "agl._algorithm",
+    "LoopSettings": "agl._settings",
     "PerAgent": "agl._per_agent",
     "StepAlgorithm": "agl._algorithm",
     "StepBatch": "agl._algorithm",
@@ -106,6 +108,8 @@ _LAZY = {
     "hookimpl": "agl.hookspecs",
     "RolloutResult": "agl._results",
     "Runner": "agl._runner",
+    "Script": "agl._script",
+    "ScriptRun": "agl._script",
     "Tracer": "agl.tracing",
     "Trainer": "agl._trainer",
 }
@@ -160,6 +164,8 @@ __all__ = [
     "RolloutStatus",
     "Runner",
     "SamplingSettings",
+    "Script",
+    "ScriptRun",
     "ServerThread",
     "Span",
     "SpanEvent",
@@ -171,6 +177,7 @@ __all__ = [
     "StepBatch",
     "Store",
     "StoreError",
+    "StoreFullError",
     "StoreStatistics",
     "StoreUnavailableError",
     "TemplateFormatError",

@@ -38,8 +38,8 @@ from agl._context import (
     RunState,
 )
 from agl._resources import Resource
-from agl._settings import settings
-from agl._step_loop import LoopSettings, Member, StepBatch, StepLoop, reward_metrics
+from agl._settings import LoopSettings, settings
+from agl._step_loop import Member, StepBatch, StepLoop, reward_metrics
 
 if TYPE_CHECKING:
     from agl.lightning import TransitionBuilder

@@ -22,6 +22,7 @@ from agl._resources import LLM, Resource, ResourcesUpdate
 from agl._results import RolloutResult
 from agl._rollout_stream import RolloutStream
 from agl._rollouts import RolloutConfig, RolloutMode
+from agl._settings import LoopSettings
 from agl.store._base import Store
 
 __all__ = [
@@ -144,6 +145,10 @@ class AlgorithmContext:
             is quiet; algorithms print their own summaries there.
         hooks: Whom the loop tells when a step starts and ends (the trainer's plugins).
         state: What the run accumulates (resources, history, totals).
+        loop: The loop settings the run goes by, set by the step loop before it sets the
+            algorithms up. An algorithm reads these, not its constructor's ``loop``: in a
+            per-agent run (:class:`agl.PerAgent`) the shared settings win over each
+            algorithm's own (its ``max_staleness`` say).
     """
 
     store: Store
@@ -157,6 +162,7 @@ class AlgorithmContext:
     console: Any = None
     hooks: LoopHooks = field(default_factory=_NoHooks)
     state: RunState = field(default_factory=RunState)
+    loop: LoopSettings = field(default_factory=LoopSettings)
 
     @property
     def resources(self) -> dict[str, Resource]:

@@ -10,10 +10,13 @@ catches them all. The hierarchy::
     ├── ConflictError            a write the current state forbids (e.g. a late result from a
     │                            superseded attempt, a transition out of a final status)
     ├── UnauthorizedError        the store server wants a bearer token this client did not send
-    ├── StoreUnavailableError    the store could not be reached, after the client's retries
+    ├── StoreUnavailableError    the store cannot serve now, after the client's retries: retry later
+    │   └── StoreFullError       the store's disk is full: nothing of the write was kept; retry
+    │                            once the operator has made room
     └── StoreError               anything else a store reports (a server-side failure)
 
-The HTTP store server maps each to a 4xx status code (``StoreError`` to 500) with a JSON body
+The HTTP store server maps each to a 4xx status code (``StoreError`` to 500; the two
+retryable ones to 503 with a ``Retry-After`` header) with a JSON body
 ``{"error": {"type": ..., "message": ..., "field": ..., "value": ...}}``; the HTTP client turns
 that body back into the same exception class, so code behaves the same against every backend.
 """
@@ -29,6 +32,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "StoreError",
+    "StoreFullError",
     "StoreUnavailableError",
     "TemplateFormatError",
     "UnauthorizedError",
@@ -91,9 +95,20 @@ class UnauthorizedError(AglError):
 
 
 class StoreUnavailableError(AglError, ConnectionError):
-    """The store could not be reached (after the client's retries)."""
+    """The store cannot serve now (after the client's retries): unreachable, or out of room.
+
+    Retryable: nothing of a refused write was kept, and sending it again later is the remedy.
+    """
 
     status_code = 503
+
+
+class StoreFullError(StoreUnavailableError):
+    """The store's disk is full: it wrote nothing of this call; retry once there is room.
+
+    A :class:`StoreUnavailableError`, so everything that waits out an unreachable store (the span
+    senders, runners) waits this out too. The message names the disk and what to free.
+    """
 
 
 class StoreError(AglError):
@@ -110,6 +125,7 @@ ERRORS_BY_NAME: dict[str, type[AglError]] = {
         InvalidInputError,
         NotFoundError,
         StoreError,
+        StoreFullError,
         StoreUnavailableError,
         TemplateFormatError,
         UnauthorizedError,

@@ -84,13 +84,17 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._run, name="agl-heartbeats", daemon=True)
         self._thread.start()
 
-    async def dequeue(self, limit: int, worker_id: str, wait: float) -> list[Claim]:
+    async def dequeue(
+        self, limit: int, worker_id: str, wait: float, request_id: str | None = None
+    ) -> list[Claim]:
         """Claim up to ``limit`` rollouts (:meth:`~agl.store.Store.dequeue_rollouts`) on the
         heartbeat thread, and beat for each claim from the moment it arrives."""
         assert self._loop is not None, "start() first"
 
         async def claim() -> list[Claim]:
-            claims = await self._store.dequeue_rollouts(limit=limit, worker_id=worker_id, wait=wait)
+            claims = await self._store.dequeue_rollouts(
+                limit=limit, worker_id=worker_id, wait=wait, request_id=request_id
+            )
             for one in claims:
                 self.add(one)
             return claims

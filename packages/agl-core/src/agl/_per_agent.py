@@ -8,8 +8,10 @@ Each agent name or pattern maps to a :class:`~agl.StepAlgorithm`, or to None to 
 agent frozen. Every step runs one batch of rollouts; its calls are read once, each call goes to
 the algorithm of its agent, and each algorithm sees only its agents' calls and transitions and
 may update only the resources its :meth:`~agl.StepAlgorithm.setup` returned. A call's agent is
-matched against exact names first, then patterns in the order given (``"*"`` matches every
-agent, and calls no agent span encloses).
+matched against exact names first, then patterns in the order given: shell-style
+(``"writer*"``) or regular expressions (``"re:writer|rewriter"``), as
+:class:`agl.lightning.AgentSelector` reads them everywhere (``"*"`` matches every agent, and
+calls no agent span encloses).
 
 Each step logs every agent's LLM calls, trained or frozen, as ``agents/<name>/calls`` (``-``
 for calls outside any agent span) and the transitions built from them as
@@ -26,19 +28,20 @@ serves its model behind its own gateway; give each its own resource name.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
 from agl._algorithm import Algorithm, AlgorithmContext, StepAlgorithm
 from agl._errors import InvalidInputError
-from agl._step_loop import LoopSettings, Member, StepLoop
+from agl._settings import LoopSettings
+from agl._step_loop import Member, StepLoop
 from agl.lightning._agents import NO_AGENT
-from agl.lightning._builder import is_pattern
+from agl.lightning._builder import AgentSelector
 
 __all__ = ["PerAgent"]
 
@@ -55,9 +58,10 @@ class PerAgent(Algorithm):
         n_epochs / batch_size / n_samples / max_steps / max_staleness: The shared loop. By
             default taken from the algorithms, which must then agree; algorithms that follow
             the loop (:attr:`~agl.StepAlgorithm.follows_loop`, such as a prompt optimizer)
-            take the others' settings and are not asked.
+            take the others' settings and are not asked. Every algorithm runs by the shared
+            loop, whatever its own says: it reads it from its context (``ctx.loop``).
         step_timeout: How long a step waits for its rollouts (default: the shortest of the
-            algorithms' :attr:`~agl.StepAlgorithm.step_timeout`).
+            algorithms' ``loop.step_timeout``).
     """
 
     name = "per-agent"
@@ -117,36 +121,51 @@ class PerAgent(Algorithm):
             if names[algorithm.name] > 1:
                 label += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", "+".join(keys[ident]))
             self.members.append(Member(algorithm, partial(self._owns, algorithm), label))
+        overrides = {
+            name: value
+            for name, value in (
+                ("n_epochs", n_epochs),
+                ("batch_size", batch_size),
+                ("n_samples", n_samples),
+                ("max_steps", max_steps),
+                ("max_staleness", max_staleness),
+            )
+            if value is not None
+        }
         timeouts = [m.algorithm.loop.step_timeout for m in self.members]
-        self.settings = LoopSettings(
-            n_epochs=self._agree("n_epochs", n_epochs),
-            batch_size=self._agree("batch_size", batch_size),
-            n_samples=self._agree("n_samples", n_samples),
-            max_steps=self._agree("max_steps", max_steps),
-            max_staleness=self._agree("max_staleness", max_staleness),
-            step_timeout=step_timeout
-            if step_timeout is not None
-            else min((t for t in timeouts if t is not None), default=None),
+        shortest = min((t for t in timeouts if t is not None), default=None)
+        self.settings = replace(
+            self._shared_loop(overrides),
+            step_timeout=step_timeout if step_timeout is not None else shortest,
         )
         """The shared loop."""
         self.label = "+".join(m.label for m in self.members)
-        self._exact = {key: alg for key, alg in self.rules if not is_pattern(key)}
-        self._patterns = [(key, alg) for key, alg in self.rules if is_pattern(key)]
+        # One rule for agent keys, the transition builder's: names, shell patterns, "re:…".
+        selectors = [(key, AgentSelector(key), alg) for key, alg in self.rules]
+        self._exact = {key: alg for key, selector, alg in selectors if selector.names}
+        self._patterns = [(key, sel, alg) for key, sel, alg in selectors if not sel.names]
         self._owner_cache: dict[str | None, tuple[str | None, StepAlgorithm | None]] = {}
         self._warned: set[str] = set()  # warnings given once per run
 
-    def _agree(self, setting: str, given: Any) -> Any:
-        if given is not None:
-            return given
+    def _shared_loop(self, given: dict[str, Any]) -> LoopSettings:
+        """The loop the algorithms agree on, with what the per-agent run was given instead.
+
+        Algorithms that follow the loop (a prompt optimizer) are not asked. The step loop hands
+        the result to every algorithm (``ctx.loop``), so each trains as the run goes.
+        """
         leading = [m for m in self.members if not m.algorithm.follows_loop] or self.members
-        found = {m.label: getattr(m.algorithm.loop, setting) for m in leading}
-        if len({repr(value) for value in found.values()}) > 1:
+        loops = {m.label: replace(m.algorithm.loop, step_timeout=None, **given) for m in leading}
+        if len(set(loops.values())) > 1:
+            views = {label: asdict(loop) for label, loop in loops.items()}
+            first = next(iter(views.values()))
+            differ = [name for name in first if len({repr(v[name]) for v in views.values()}) > 1]
+            found = {label: {name: view[name] for name in differ} for label, view in views.items()}
             raise InvalidInputError(
-                f"the algorithms disagree on {setting} ({found}); give it to the per-agent run: "
-                f"agl.PerAgent({{...}}, {setting}=...)",
-                field=setting,
+                f"the algorithms disagree on {', '.join(differ)} ({found}); give it to the "
+                f"per-agent run: agl.PerAgent({{...}}, {differ[0]}=...)",
+                field=differ[0],
             )
-        return next(iter(found.values()))
+        return next(iter(loops.values()))
 
     def owner(self, agent: str | None) -> StepAlgorithm | None:
         """The algorithm that trains ``agent``'s calls (None: frozen or unmatched)."""
@@ -160,8 +179,8 @@ class PerAgent(Algorithm):
         if agent is not None and agent in self._exact:
             found = (agent, self._exact[agent])
         else:
-            for pattern, algorithm in self._patterns:
-                if pattern == "*" or (agent is not None and fnmatch.fnmatchcase(agent, pattern)):
+            for pattern, selector, algorithm in self._patterns:
+                if selector(agent):
                     found = (pattern, algorithm)
                     break
         self._owner_cache[agent] = found

@@ -103,8 +103,9 @@ def print_summary(console: Console, result: FitResult) -> None:
         if value is not None:
             table.add_row(f"last {key}", f"{value:.4f}")
     console.print(table)
+    from agl.store._checks import redact
+
     # Paths and commands on lines of their own that rich never breaks, so they copy whole.
     console.print(f"run dir: {result.run_dir}", soft_wrap=True, highlight=False)
-    console.print(
-        f"inspect: agl rollouts list --store {result.store_url}", soft_wrap=True, highlight=False
-    )
+    inspect = f"inspect: agl rollouts list --store {redact(result.store_url)}"
+    console.print(inspect, soft_wrap=True, highlight=False)

@@ -58,9 +58,10 @@ from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
 from agl._heartbeats import Heartbeats
 from agl._loop_watch import LoopWatch
 from agl._resources import ResourcesUpdate
-from agl._rollouts import AttemptStatus, Claim
+from agl._rollouts import AttemptStatus, Claim, new_id
 from agl._runner_resources import RunnerResources
 from agl._runner_stats import RunnerStats, failure_reason
+from agl._secrets import env_secret
 from agl.plugins import PluginManager
 from agl.store._base import Store
 
@@ -76,8 +77,8 @@ _AUTO_INSTRUMENT = False
 def enable_auto_instrumentation() -> None:
     """Make runners created from now on in this process trace every installed library.
 
-    What ``import agl.auto`` does. A runner given ``instrument=[...]`` explicitly still traces
-    exactly those.
+    What ``import agl.auto`` does. A runner's ``instrument=[...]`` adds to these; one made
+    with ``auto_instrument=False`` traces only its ``instrument``.
     """
     global _AUTO_INSTRUMENT  # noqa: PLW0603 - a process-wide switch, set once
     _AUTO_INSTRUMENT = True
@@ -111,12 +112,15 @@ class Runner:
         handle_signals: Stop on SIGINT/SIGTERM (only when running in the main thread).
         instrument: Libraries to trace while running, by instrumentor name: ``"openai"``
             records every call the ``openai`` client makes as an LLM span of the rollout it was
-            made in; plugins add more (``agl plugins`` lists them). None (the default): none,
-            or every installed one once ``import agl.auto`` has run in this process (an agent
-            module that imports it is traced by any runner that loads it).
+            made in; plugins add more (``agl plugins`` lists them).
+        auto_instrument: Once ``import agl.auto`` has run in this process (an agent module
+            that imports it is traced by any runner that loads it), also trace every installed
+            instrumentor (``instrument`` adds to them). False: only ``instrument``.
+            :attr:`instrument` holds the ones in use.
         gateway_token: The token of gateways started with one: agents get it as
             :attr:`agl.LLM.api_key` of every LLM served by a gateway, and the runner sends it
-            when it flushes them. Default: the ``AGL_GATEWAY_TOKEN`` environment variable.
+            when it flushes them. Default: the ``AGL_GATEWAY_TOKEN`` environment variable, or
+            the file ``AGL_GATEWAY_TOKEN_FILE`` names.
         gateway_flush_timeout: Longest wait, in seconds, for a gateway to confirm that an
             attempt's calls are in the store before the attempt is reported.
         plugins: The plugins whose names the runner resolves (instrumentors, a store URL's
@@ -141,6 +145,7 @@ class Runner:
         tracer: Any = None,
         handle_signals: bool = True,
         instrument: Sequence[str] | None = None,
+        auto_instrument: bool = True,
         gateway_token: str | None = None,
         gateway_flush_timeout: float = 30.0,
         plugins: PluginManager | None = None,
@@ -161,16 +166,16 @@ class Runner:
         self.handle_signals = handle_signals
         self.plugins = plugins if plugins is not None else PluginManager()
         known = self.plugins.provided("agl_instrumentors")
-        if instrument is None:
-            instrument = sorted(known) if auto_instrumentation() else []
-        unknown = sorted(set(instrument) - set(known))
+        unknown = sorted(set(instrument or ()) - set(known))
         if unknown:
             raise InvalidInputError(
                 f"cannot instrument {unknown}; known: {sorted(known)} "
                 "(plugins add more: `agl plugins` lists them)",
                 field="instrument",
             )
-        self.instrument = list(instrument)
+        automatic = sorted(known) if auto_instrument and auto_instrumentation() else []
+        self.instrument = list(dict.fromkeys([*(instrument or ()), *automatic]))
+        """The instrumentors in use: ``instrument``, then those ``import agl.auto`` adds."""
         self._observed = self.plugins.implements("agl_rollout_start", "agl_rollout_end")
         self.stats = RunnerStats()
         self._tracer = tracer
@@ -186,7 +191,7 @@ class Runner:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         from agl.gateway._flusher import GatewayFlusher
 
-        token = gateway_token if gateway_token is not None else os.environ.get("AGL_GATEWAY_TOKEN")
+        token = gateway_token if gateway_token is not None else env_secret("AGL_GATEWAY_TOKEN")
         self._gateways = GatewayFlusher(token, gateway_flush_timeout)
         self._resources = RunnerResources(self._get_resources, self.plugins, self._gateways.token)
 
@@ -228,6 +233,7 @@ class Runner:
         ]
         for instrumentation in instrumentations:
             instrumentation.instrument()
+        logger.info("runner %s traces: %s", self.worker_id, ", ".join(self.instrument) or "nothing")
         signals = self._install_signals()
         self._heartbeats = Heartbeats(
             self.store, self.heartbeat_interval, self.stats, self._abandon_attempt
@@ -265,6 +271,7 @@ class Runner:
         assert self.store is not None
         assert self._stopping is not None
         backoff = 0.1
+        request_id: str | None = None  # kept until answered: a repeat gets the same claims
         while not self._stopping.is_set():
             if self.max_rollouts is not None and self.stats.claimed >= self.max_rollouts:
                 break
@@ -278,8 +285,9 @@ class Runner:
                 # Not cancelled on stop: a claim the store made but the runner never saw would
                 # hang in 'preparing'. A stop waits for it (at most poll_wait), then releases.
                 # Claimed on the heartbeat thread, which beats for each claim from its arrival.
+                request_id = request_id or new_id("rq")
                 claims = await self._heartbeats.dequeue(
-                    limit=free, worker_id=self.worker_id, wait=self.poll_wait
+                    limit=free, worker_id=self.worker_id, wait=self.poll_wait, request_id=request_id
                 )
             except StoreUnavailableError as exc:
                 self.stats.store_errors += 1
@@ -288,7 +296,7 @@ class Runner:
                     await asyncio.wait_for(self._stopping.wait(), backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            backoff = 0.1
+            backoff, request_id = 0.1, None
             for claim in claims:
                 self.stats.claimed += 1
                 task = asyncio.create_task(

@@ -139,7 +139,8 @@ def _runner_process(
     from agl._runner import Runner
 
     logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {worker_id}: %(message)s")
-    if token is not None:
+    if token is not None:  # the pool's own server: its token, not one the environment names
+        os.environ.pop("AGL_STORE_TOKEN_FILE", None)
         os.environ["AGL_STORE_TOKEN"] = token
     runner = Runner(
         agent,

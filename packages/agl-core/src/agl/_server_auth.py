@@ -42,7 +42,7 @@ def check_bind_address(host: str, token: str | None, *, server: str, token_env: 
         return
     raise InvalidInputError(
         f"refusing to serve {server} on {host!r} without a token: other machines could use it "
-        f"freely. Pass --token (or set {token_env}), or bind 127.0.0.1.",
+        f"freely. Pass --token-file (or set {token_env}), or bind 127.0.0.1.",
         field="host",
         value=host,
     )

@@ -10,6 +10,7 @@ fields (from a config file, say).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from pydantic import JsonValue
 
 from agl._errors import InvalidInputError
 
-__all__ = ["SamplingSettings", "check_at_least", "settings"]
+__all__ = ["LoopSettings", "SamplingSettings", "check_at_least", "settings"]
 
 T = TypeVar("T")
 
@@ -123,3 +124,54 @@ class SamplingSettings:
         if self.max_tokens is not None:
             parameters["max_tokens"] = self.max_tokens
         return parameters
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the loop cuts a run into steps.
+
+    Attributes:
+        n_epochs: Passes over the training tasks.
+        batch_size: Tasks per step (all in one step if None).
+        n_samples: Rollouts per task (the group of a group baseline).
+        max_steps: Stop after this many steps (counted from the start of training, resumed
+            steps included), even mid-epoch; None runs every epoch.
+        step_timeout: Seconds a step (or validation) waits for its rollouts; those not
+            finished by then are cancelled and count as failed for training (None: wait).
+        max_staleness: How many weight versions the data of an update may lag behind the
+            weights it trains. 0 (the default) is the synchronous loop: a step's rollouts all
+            finish, then the update runs, then the next step's rollouts start. With ``k >= 1``
+            rollouts and updates overlap: the rollouts of the next ``k`` steps are launched
+            ahead and keep running while an update runs, and each step trains on the
+            ``batch_size`` groups that finished first (oldest launched first), so a long
+            rollout does not hold the step up. An algorithm whose weights are versioned
+            (:meth:`~agl.StepAlgorithm.policy_version`) then drops, and counts as
+            ``transitions/dropped/stale``, every group with a call produced by weights more
+            than ``k`` versions older than those it trains: groups are kept or dropped whole.
+    """
+
+    n_epochs: int = 1
+    batch_size: int | None = None
+    n_samples: int = 1
+    max_steps: int | None = None
+    step_timeout: float | None = None
+    max_staleness: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low in (("n_epochs", 1), ("batch_size", 1), ("n_samples", 1), ("max_steps", 1)):
+            optional = name in ("batch_size", "max_steps")
+            check_at_least(
+                "LoopSettings", name, getattr(self, name), low, integer=True, optional=optional
+            )
+        check_at_least(
+            "LoopSettings", "step_timeout", self.step_timeout, 0, optional=True, above=True
+        )
+        check_at_least("LoopSettings", "max_staleness", self.max_staleness, 0, integer=True)
+
+    def total_steps(self, n_tasks: int) -> tuple[int, int]:
+        """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks."""
+        per_epoch = 1 if self.batch_size is None else math.ceil(n_tasks / self.batch_size)
+        total = per_epoch * self.n_epochs
+        if self.max_steps is not None:
+            total = min(total, self.max_steps)
+        return total, per_epoch

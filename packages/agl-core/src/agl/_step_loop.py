@@ -10,17 +10,16 @@ of one member owning every agent; :class:`agl.PerAgent` is a loop of one member 
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from agl._errors import InvalidInputError
 from agl._rollout_stream import RolloutStream
-from agl._settings import check_at_least
+from agl._settings import LoopSettings
 from agl.lightning._agents import NO_AGENT
 
 if TYPE_CHECKING:
@@ -30,60 +29,9 @@ if TYPE_CHECKING:
     from agl._results import RolloutResult
     from agl.lightning import LLMCall, TransitionBatch
 
-__all__ = ["LoopSettings", "Member", "StepBatch", "StepLoop", "reward_metrics"]
+__all__ = ["Member", "StepBatch", "StepLoop", "reward_metrics"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """How the loop cuts a run into steps.
-
-    Attributes:
-        n_epochs: Passes over the training tasks.
-        batch_size: Tasks per step (all in one step if None).
-        n_samples: Rollouts per task (the group of a group baseline).
-        max_steps: Stop after this many steps (counted from the start of training, resumed
-            steps included), even mid-epoch; None runs every epoch.
-        step_timeout: Seconds a step (or validation) waits for its rollouts; those not
-            finished by then are cancelled and count as failed for training (None: wait).
-        max_staleness: How many weight versions the data of an update may lag behind the
-            weights it trains. 0 (the default) is the synchronous loop: a step's rollouts all
-            finish, then the update runs, then the next step's rollouts start. With ``k >= 1``
-            rollouts and updates overlap: the rollouts of the next ``k`` steps are launched
-            ahead and keep running while an update runs, and each step trains on the
-            ``batch_size`` groups that finished first (oldest launched first), so a long
-            rollout does not hold the step up. An algorithm whose weights are versioned
-            (:meth:`~agl.StepAlgorithm.policy_version`) then drops, and counts as
-            ``transitions/dropped/stale``, every group with a call produced by weights more
-            than ``k`` versions older than those it trains: groups are kept or dropped whole.
-    """
-
-    n_epochs: int = 1
-    batch_size: int | None = None
-    n_samples: int = 1
-    max_steps: int | None = None
-    step_timeout: float | None = None
-    max_staleness: int = 0
-
-    def __post_init__(self) -> None:
-        for name, low in (("n_epochs", 1), ("batch_size", 1), ("n_samples", 1), ("max_steps", 1)):
-            optional = name in ("batch_size", "max_steps")
-            check_at_least(
-                "LoopSettings", name, getattr(self, name), low, integer=True, optional=optional
-            )
-        check_at_least(
-            "LoopSettings", "step_timeout", self.step_timeout, 0, optional=True, above=True
-        )
-        check_at_least("LoopSettings", "max_staleness", self.max_staleness, 0, integer=True)
-
-    def total_steps(self, n_tasks: int) -> tuple[int, int]:
-        """(steps the loop runs, steps per epoch) over ``n_tasks`` training tasks."""
-        per_epoch = 1 if self.batch_size is None else math.ceil(n_tasks / self.batch_size)
-        total = per_epoch * self.n_epochs
-        if self.max_steps is not None:
-            total = min(total, self.max_steps)
-        return total, per_epoch
 
 
 @dataclass
@@ -153,7 +101,11 @@ class StepLoop:
         self._warned: set[str] = set()
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        """Set every member up, run the steps and validations, close every member set up."""
+        """Set every member up, run the steps and validations, close every member set up.
+
+        Every member's context carries the loop's settings (``ctx.loop``) from its setup on.
+        """
+        ctx = replace(ctx, loop=self.settings)
         try:
             await self._setup(ctx)
             await self._loop(ctx)

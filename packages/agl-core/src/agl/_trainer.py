@@ -117,7 +117,7 @@ class Trainer:
             figure is in ``metrics.jsonl`` / ``metrics.csv`` / TensorBoard either way).
         plot: Draw the reward curve to ``run_dir/reward.png`` at the end (needs matplotlib).
         instrument: Libraries the runners trace (``"openai"``: every call of the openai client;
-            ``agl plugins`` lists the rest). None: none, or every installed one after
+            ``agl plugins`` lists the rest), besides every installed one after
             ``import agl.auto``.
         plugins: The plugins that names (of algorithms, credit strategies, instrumentors,
             store schemes) are looked up in and whose hooks the run fires: a
@@ -232,6 +232,7 @@ class Trainer:
     ) -> FitResult:
         from agl._metrics import MetricsLogger
         from agl._store_metrics import StoreMetrics
+        from agl.store._checks import redact
 
         started = time.monotonic()
         run_dir = self.run_dir or _default_run_dir(getattr(algorithm, "name", "run"))
@@ -275,7 +276,7 @@ class Trainer:
             self._say(
                 f"[bold]agl[/] {algorithm.name}: {len(train)} train / {len(val)} val tasks, "
                 f"{self.n_runners} runner(s) x {self.concurrency} = "
-                f"{self.n_runners * self.concurrency} rollouts at once, store {store_url}, "
+                f"{self.n_runners * self.concurrency} rollouts at once, store {redact(store_url)}, "
                 f"run dir {run_dir}"
             )
             run = asyncio.create_task(algorithm.run(ctx))

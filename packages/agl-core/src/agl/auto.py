@@ -9,7 +9,8 @@ Put it at the top of the module that defines your agent::
 
 From then on, every :class:`agl.Runner` created in the process (the trainer's, or ``agl runner``
 loading this module) instruments every instrumentor installed plugins provide (``agl plugins``
-lists them), unless it is given ``instrument=[...]`` explicitly. Runner processes import the
+lists them), and the ``instrument=[...]`` it is given besides, unless it is made with
+``auto_instrument=False`` (``agl runner --no-auto-instrument``). Runner processes import the
 agent's module, so they see the import too.
 """
 

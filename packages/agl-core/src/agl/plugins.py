@@ -33,6 +33,7 @@ import pluggy
 from agl import hookspecs
 from agl._errors import AglError, InvalidInputError
 from agl._plugin_checks import (
+    ENTRY_POINT_GROUP,
     KINDS,
     Invalid,
     Skip,
@@ -62,9 +63,6 @@ __all__ = [
     "hookimpl",
     "open_store",
 ]
-
-ENTRY_POINT_GROUP: Final = "agl.plugins"
-"""The entry point group agl plugins register under."""
 
 DISABLE_ENV: Final = "AGL_DISABLE_PLUGINS"
 """Environment variable naming plugins (entry point names, comma-separated) not to load."""
@@ -410,6 +408,10 @@ class PluginManager(pluggy.PluginManager):
     def create_instrumentor(self, name: str, tracer: Tracer) -> Instrumentor:
         """Build the instrumentor ``name`` for ``tracer`` (not yet instrumenting).
 
+        Logs a warning naming each requirement of the plugin's distribution that what is
+        installed does not meet (the framework it instruments may be a version it was not
+        made for).
+
         Raises:
             InvalidInputError: no plugin provides it.
             PluginError: its factory built something that is not an instrumentor.
@@ -417,6 +419,11 @@ class PluginManager(pluggy.PluginManager):
         from agl.tracing._instrumentor import Instrumentor
 
         factory: InstrumentorFactory = self.lookup("agl_instrumentors", name)
+        distribution = self.provider("agl_instrumentors", name).distribution
+        if distribution is not None:
+            from agl._requirements import warn_unmet
+
+            warn_unmet(distribution, f"instrumentor {name!r}")
         instrumentor: object = factory(tracer)
         if not isinstance(instrumentor, Instrumentor):
             who = self.provider("agl_instrumentors", name).describe()

@@ -105,18 +105,21 @@ class LightningRLTorch(StepAlgorithm):
                 "or the folder in $AGL_TORCH_MODEL",
                 field="model",
             )
+        learner = self.learner_settings(ctx.loop)
         self.policy = ServedPolicy(
-            self.model, self.learner_settings(), self.sampling, self.serving, self.checkpoints
+            self.model, learner, self.sampling, self.serving, self.checkpoints
         )
         llm = await self.policy.start(ctx)
         return {self.resource: llm}
 
-    def learner_settings(self) -> LearnerSettings:
-        """The learner's settings for this run: ``off_policy="auto"`` settled by the loop
-        (decoupled PPO when it trains on data from older weights, ``max_staleness >= 1``)."""
+    def learner_settings(self, loop: LoopSettings | None = None) -> LearnerSettings:
+        """The learner's settings for a run going by ``loop`` (the run's, ``ctx.loop``; None:
+        this algorithm's own): ``off_policy="auto"`` settled by it (decoupled PPO when it
+        trains on data from older weights, ``max_staleness >= 1``)."""
         if self.learner.off_policy != "auto":
             return self.learner
-        off_policy: OffPolicy = "decoupled" if self.loop.max_staleness > 0 else "ppo"
+        staleness = (loop or self.loop).max_staleness
+        off_policy: OffPolicy = "decoupled" if staleness > 0 else "ppo"
         return dataclasses.replace(self.learner, off_policy=off_policy)
 
     def resume_step(self) -> int:

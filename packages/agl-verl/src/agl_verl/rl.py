@@ -123,7 +123,8 @@ class LightningRLVerl(StepAlgorithm):
     def build_config(self, ctx: AlgorithmContext | None = None) -> DictConfig:
         """verl's config for this run, validated (no GPU work): see :mod:`agl_verl.config`."""
         tasks = len(ctx.train_tasks) if ctx is not None else None
-        batch_size = self.loop.batch_size or tasks
+        loop = ctx.loop if ctx is not None else self.loop  # the run's loop wins over its own
+        batch_size = loop.batch_size or tasks
         overrides: Any = self.overrides
         if ctx is not None and OmegaConf.select(overrides, "trainer.default_local_dir") is None:
             overrides = OmegaConf.merge(
@@ -133,13 +134,13 @@ class LightningRLVerl(StepAlgorithm):
             overrides,
             model_path=self.model,
             batch_size=batch_size,
-            n_samples=self.loop.n_samples,
+            n_samples=loop.n_samples,
         )
         validate_config(config)
-        if int(config.actor_rollout_ref.rollout.n) != self.loop.n_samples:
+        if int(config.actor_rollout_ref.rollout.n) != loop.n_samples:
             raise InvalidInputError(
                 f"actor_rollout_ref.rollout.n={config.actor_rollout_ref.rollout.n} in the verl "
-                f"config differs from n_samples={self.loop.n_samples}: set n_samples instead",
+                f"config differs from n_samples={loop.n_samples}: set n_samples instead",
                 field="config",
             )
         return config

@@ -29,7 +29,8 @@ StoreOption = Annotated[
     typer.Option(
         "--store",
         envvar="AGL_STORE",
-        help="Store URL: sqlite:///path.db, http://host:port or memory://.",
+        help="Store URL: sqlite:///path.db, http://host:port or memory://. A store server's "
+        "token comes from AGL_STORE_TOKEN, or the file AGL_STORE_TOKEN_FILE names.",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+from typing import TYPE_CHECKING
+
 import typer
+from rich.markup import escape
 
 from agl.cli._common import JsonOption, console, print_json
+
+if TYPE_CHECKING:
+    from agl._requirements import UnmetRequirement
+    from agl.plugins import PluginInfo
 
 
 def plugins_command(as_json: JsonOption = False) -> None:
@@ -12,6 +20,9 @@ def plugins_command(as_json: JsonOption = False) -> None:
 
     Plugins are entry points in group agl.plugins; the built-in plugin 'agl' comes first.
     Exits with 1 when a plugin is invalid (agl refuses to run until it is fixed or disabled).
+    Each plugin's distribution has its declared requirements checked against what is
+    installed: one that is not met (another install moved a pinned package, say) is named
+    with the versions it allows and the one installed, or "missing".
     """
     import dataclasses
 
@@ -23,8 +34,21 @@ def plugins_command(as_json: JsonOption = False) -> None:
 
     found = PluginManager().installed()
     invalid = [plugin.name for plugin in found if plugin.status == "invalid"]
+    unmet = {plugin.name: _unmet(plugin) for plugin in found}
     if as_json:
-        data = {"group": ENTRY_POINT_GROUP, "plugins": [dataclasses.asdict(p) for p in found]}
+        data = {
+            "group": ENTRY_POINT_GROUP,
+            "plugins": [
+                {
+                    **dataclasses.asdict(plugin),
+                    "unmet_requirements": [
+                        {"name": u.name, "specifier": u.specifier, "installed": u.installed}
+                        for u in unmet[plugin.name]
+                    ],
+                }
+                for plugin in found
+            ],
+        }
         print_json(data)
     else:
         table = Table(caption=f"{len(found)} plugin(s); entry point group {ENTRY_POINT_GROUP!r}")
@@ -48,6 +72,8 @@ def plugins_command(as_json: JsonOption = False) -> None:
             )
             for note in plugin.ignored:
                 status.append(f"\nignored: {note}", style="yellow")
+            for requirement in unmet[plugin.name]:
+                status.append(f"\nrequirement not met: {requirement}", style="red")
             provides.rstrip()
             distribution = " ".join(filter(None, (plugin.distribution, plugin.version)))
             table.add_row(
@@ -58,9 +84,30 @@ def plugins_command(as_json: JsonOption = False) -> None:
                 status,
             )
         Console().print(table)
+    for plugin in found:
+        if unmet[plugin.name]:
+            console.print(
+                f"[yellow]warning:[/] plugin {escape(plugin.describe())} may fail: its "
+                f"requirements are not met: {escape('; '.join(map(str, unmet[plugin.name])))}. "
+                "Install versions it allows.",
+                highlight=False,
+            )
     if invalid:
         console.print(
             f"[red]error:[/] agl refuses to run with invalid plugins; fix them or set "
             f"{DISABLE_ENV}={','.join(invalid)}"
         )
         raise typer.Exit(1)
+
+
+def _unmet(plugin: PluginInfo) -> tuple[UnmetRequirement, ...]:
+    """What the plugin's distribution requires and is not installed (none for a disabled
+    plugin, or one given in code)."""
+    from agl._requirements import unmet_requirements
+
+    if plugin.distribution is None or plugin.status == "disabled":
+        return ()
+    try:
+        return unmet_requirements(plugin.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ()

@@ -13,6 +13,7 @@ import typer
 from agl._errors import AglError, InvalidInputError, NotFoundError
 from agl._rollouts import RolloutMode, RolloutStatus
 from agl.cli._common import JsonOption, StoreOption, fail, print_json
+from agl.store._checks import redact
 
 if TYPE_CHECKING:
     from agl._rollouts import Attempt, Rollout, RolloutPage
@@ -49,7 +50,7 @@ def _check_store_url(url: str) -> None:
             urlsplit(one.strip()).port  # noqa: B018 - parsing the port is the check
         except ValueError as exc:
             raise InvalidInputError(
-                f"store URL {one.strip()!r}: {exc}", field="store", value=url
+                f"store URL {redact(one.strip())!r}: {exc}", field="store", value=redact(url)
             ) from None
     parts = urlsplit(url)
     path = parts.path[1:]

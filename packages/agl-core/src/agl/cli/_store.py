@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from agl._errors import AglError
+from agl._secrets import secret_option
 from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
 from agl.cli._common import BodyTimeoutOption, HeaderTimeoutOption, console, fail
 
@@ -18,7 +20,13 @@ store_app = typer.Typer(help="Run or inspect a store.", no_args_is_help=True)
 def store_serve(
     db: Annotated[
         str,
-        typer.Option(help="Store to serve: sqlite:///path.db (durable) or memory://."),
+        typer.Option(
+            "--store",
+            "--db",
+            help="Store to serve: sqlite:///path.db (durable), postgresql://user@host:5432/db "
+            "(the password from PGPASSWORD or a password file) or memory://. --db is the "
+            "same option under its former name.",
+        ),
     ] = "sqlite:///agl.db",
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 4747,
@@ -27,7 +35,15 @@ def store_serve(
         typer.Option(
             envvar="AGL_STORE_TOKEN",
             help="Require 'Authorization: Bearer TOKEN' on every request. Needed to bind "
-            "anything but loopback.",
+            "anything but loopback. Visible in `ps` to every user: prefer --token-file or "
+            "the environment variable.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="AGL_STORE_TOKEN_FILE",
+            help="Read the token from this file (one line), once at start.",
         ),
     ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB.")] = 64.0,
@@ -39,11 +55,17 @@ def store_serve(
     ] = True,
 ) -> None:
     """Serve a store over HTTP for runners and trainers on other processes or machines, with
-    the dashboard at http://HOST:PORT/."""
+    the dashboard at http://HOST:PORT/.
+
+    Keep secrets off the command line, where `ps` shows them: the token in --token-file or
+    AGL_STORE_TOKEN, a PostgreSQL password in PGPASSWORD or a password file (PGPASSFILE,
+    ~/.pgpass), with no password in the --db URL.
+    """
     try:
         from agl._server_thread import require_server_extra
 
         require_server_extra("agl store serve")
+        token = secret_option(token, token_file, option="--token", file_option="--token-file")
         from agl.store._checks import redact
         from agl.store._serve import check_bind_address, serve
 

@@ -100,6 +100,12 @@ class AgentSelector:
             self._cache[agent] = found
         return found
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The exact names among the rules (a name takes precedence over a pattern where
+        several selectors are tried in turn, as :class:`agl.PerAgent` does)."""
+        return frozenset(self._exact)
+
     def __repr__(self) -> str:
         return f"AgentSelector({self.rules!r})"
 

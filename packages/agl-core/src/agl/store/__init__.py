@@ -1,9 +1,10 @@
 """Stores: where rollouts, attempts, spans and resources live.
 
 Open one by URL with :func:`open_store`; every backend implements :class:`Store`. The built-in
-backends, for building one directly: :class:`MemoryStore`, :class:`SQLiteStore` and
-:class:`HttpStore` (a client of a store server); :class:`StoreServer` serves any store over
-HTTP. ``import agl.store`` stays light: those load their module (httpx, uvicorn) on first use.
+backends, for building one directly: :class:`MemoryStore`, :class:`SQLiteStore`,
+:class:`PostgresStore` and :class:`HttpStore` (a client of a store server); :class:`StoreServer`
+serves any store over HTTP. ``import agl.store`` stays light: those load their module (aiohttp,
+psycopg, uvicorn) on first use.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from agl.store._open import open_store
 if TYPE_CHECKING:
     from agl.store._http import HttpStore
     from agl.store._memory import MemoryStore
+    from agl.store._postgres import PostgresStore
     from agl.store._serve import StoreServer
     from agl.store._sqlite import SQLiteStore
 
@@ -21,6 +23,7 @@ __all__ = [
     "ClosingStore",
     "HttpStore",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "StoreServer",
@@ -31,6 +34,7 @@ __all__ = [
 _LAZY = {
     "HttpStore": "agl.store._http",
     "MemoryStore": "agl.store._memory",
+    "PostgresStore": "agl.store._postgres",
     "SQLiteStore": "agl.store._sqlite",
     "StoreServer": "agl.store._serve",
 }

@@ -82,12 +82,23 @@ class Store(Protocol):
         ...
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` waiting rollouts, each with a new attempt.
 
         With ``wait > 0``, waits up to that many seconds for at least one rollout to become
         claimable (long poll) and returns as soon as one does; returns ``[]`` if none did.
+
+        A ``request_id`` (1 to 128 characters, one URL path segment) makes the call safe to
+        repeat when its answer was lost: the store remembers the claims it answered with for
+        an hour, and the same call with the same id returns those claims as they stand now
+        (those whose attempt has not ended) instead of claiming again, from any server over
+        the same database. Reusing an id for another call is a ConflictError.
         """
         ...
 
@@ -202,11 +213,15 @@ class Store(Protocol):
         """Return one page of the published resource sets, newest version first."""
         ...
 
-    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+    async def add_metrics(
+        self, rows: Sequence[MetricsRow], *, request_id: str | None = None
+    ) -> None:
         """Store a batch of training metrics rows (one per logged step of a run), in order.
 
         The whole batch is stored or nothing is. Rows are not deduplicated: a run that logs a
-        step again (resumed from a checkpoint) adds a row for it again.
+        step again (resumed from a checkpoint) adds a row for it again. A ``request_id`` the
+        store has seen within the hour adds nothing: the same batch sent again after a lost
+        answer is stored once.
         """
         ...
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from agl._errors import ConflictError, InvalidInputError, NotFoundError
-from agl._metric_rows import MetricsPage
+from agl._metric_rows import MetricsPage, MetricsRow
 from agl._resources import Resource, ResourcesPage, ResourcesUpdate
 from agl._rollouts import (
     Attempt,
@@ -26,6 +26,7 @@ from agl._rollouts import (
     unaddressable,
 )
 from agl._spans import Span
+from agl.store import _repeats as repeats
 from agl.store._tx import RolloutFilter, SpanKey, Transaction
 
 MAX_PAGE_SIZE = 10_000
@@ -68,12 +69,26 @@ def enqueue(tx: Transaction, requests: Sequence[RolloutRequest], now: float) -> 
     return result
 
 
-def dequeue(tx: Transaction, limit: int, worker_id: str | None, now: float) -> list[Claim]:
-    """Claim up to ``limit`` waiting rollouts, creating a new attempt for each."""
+def dequeue(
+    tx: Transaction,
+    limit: int,
+    worker_id: str | None,
+    now: float,
+    request_id: str | None = None,
+) -> list[Claim]:
+    """Claim up to ``limit`` waiting rollouts, creating a new attempt for each.
+
+    With a ``request_id`` the store has answered before, returns that answer's claims as they
+    stand now and claims nothing (:mod:`agl.store._repeats`).
+    """
     if limit < 1:
         raise InvalidInputError(
             f"limit must be at least 1, got {limit}", field="limit", value=limit
         )
+    if request_id is not None:
+        answer = repeats.remembered(tx, request_id, "dequeue", worker_id)
+        if answer is not None:
+            return repeats.claims_again(tx, answer["claims"])
     claims = []
     for rollout in tx.rollouts_claimable(limit):
         attempt = Attempt(
@@ -94,7 +109,21 @@ def dequeue(tx: Transaction, limit: int, worker_id: str | None, now: float) -> l
         claims.append(Claim(rollout=rollout, attempt=attempt))
     if worker_id is not None:
         tx.worker_seen(worker_id, now, claimed=len(claims))
+    if request_id is not None and claims:  # nothing claimed: repeating it is harmless
+        keys = [[claim.rollout.rollout_id, claim.attempt.attempt_id] for claim in claims]
+        repeats.remember(tx, request_id, "dequeue", worker_id, now, claims=keys)
     return claims
+
+
+def add_metrics(
+    tx: Transaction, rows: Sequence[MetricsRow], now: float, request_id: str | None = None
+) -> None:
+    """Append metrics rows; a ``request_id`` the store has answered before adds nothing."""
+    if request_id is not None:
+        if repeats.remembered(tx, request_id, "add_metrics", None) is not None:
+            return
+        repeats.remember(tx, request_id, "add_metrics", None, now, rows=len(rows))
+    tx.metrics_insert(rows)
 
 
 def update_attempt(

@@ -5,18 +5,18 @@ One keep-alive connection pool per event loop, with retries and fail-over
 requests that may have reached the server are
 retried only when repeating them is harmless, which the client arranges: it names new rollouts
 and resource sets itself, so a repeated enqueue or publish finds the first one, and spans are
-idempotent in every store (a dequeue and a batch of metrics rows are not repeated: the first
-would claim twice, the second store its rows twice). The server's JSON errors come back as the
+idempotent in every store; a dequeue and a batch of metrics rows carry a request id the store
+remembers, so a repeat is answered as the first one was. The server's JSON errors come back as the
 same exception classes the other backends raise (:mod:`agl.store._http_wire`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
 
 from agl._errors import AglError, StoreUnavailableError
 from agl._metric_rows import MetricsPage, MetricsRow
@@ -33,6 +33,7 @@ from agl._rollouts import (
     Worker,
     new_id,
 )
+from agl._secrets import env_secret
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_ENQUEUE, SPAN_PAGE_SIZE, as_list, as_resources
@@ -78,8 +79,8 @@ class HttpStore(ClosingStore):
             reached the failed server is repeated elsewhere only when that is harmless (all
             but a dequeue, whose lost claim the store gives up on after the rollout's
             ``unresponsive_seconds``, and retries).
-        token: Bearer token for a server started with ``--token``; defaults to the
-            ``AGL_STORE_TOKEN`` environment variable.
+        token: Bearer token for a server started with one; defaults to the
+            ``AGL_STORE_TOKEN`` environment variable, or the file ``AGL_STORE_TOKEN_FILE`` names.
         timeout: Seconds to wait for an ordinary request (long polls add their own wait).
         retries: How many times to retry a request that failed in transport.
         max_span_bytes: The largest request of spans: a bigger batch goes in several (8 MiB
@@ -97,7 +98,7 @@ class HttpStore(ClosingStore):
     ) -> None:
         self._http = HttpTransport(
             [base_url(one.strip(), url) for one in url.split(",")],
-            token if token is not None else os.environ.get("AGL_STORE_TOKEN"),
+            token if token is not None else env_secret("AGL_STORE_TOKEN"),
             timeout,
             retries,
         )
@@ -130,15 +131,23 @@ class HttpStore(ClosingStore):
         return rollouts
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[Claim]:
+        # A request id makes the dequeue safe to repeat after a lost answer or a 503 (here or
+        # on another server): the store answers a repeat with the claims it made the first time.
+        request_id = new_id("rq") if request_id is None else request_id
         # The server holds one poll for at most MAX_POLL_SECONDS: a longer wait is several.
         for poll in polls(wait):
+            body = {"limit": limit, "worker_id": worker_id, "wait": poll, "request_id": request_id}
             data = await self._request(
                 "POST",
                 "/v1/rollouts/dequeue",
-                json={"limit": limit, "worker_id": worker_id, "wait": poll},
-                idempotent=False,  # a lost claim would sit until its attempt is given up on
+                json=body,
                 wait=poll if isinstance(poll, int | float) else 0.0,
             )
             claims = _claims.validate_python(data["claims"])
@@ -338,12 +347,15 @@ class HttpStore(ClosingStore):
 
     # --- metrics ----------------------------------------------------------------------------
 
-    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+    async def add_metrics(
+        self, rows: Sequence[MetricsRow], *, request_id: str | None = None
+    ) -> None:
         rows = as_list(rows, "rows", MetricsRow)
         if rows:
-            body = b'{"rows":' + _metrics.dump_json(rows) + b"}"
-            # Not repeated once it may have reached the server: that would add the rows twice.
-            await self._request("POST", "/v1/metrics", content=body, idempotent=False)
+            # The request id makes a repeat (after a lost answer) add the rows once.
+            request = to_json(new_id("rq") if request_id is None else request_id)
+            body = b'{"rows":' + _metrics.dump_json(rows) + b',"request_id":' + request + b"}"
+            await self._request("POST", "/v1/metrics", content=body)
 
     async def query_metrics(
         self, run: str | None = None, limit: int = 10_000, offset: int = 0

@@ -2,28 +2,41 @@
 
 aiohttp is used directly: httpx's request and response models cost more per request than the
 store's server spends answering it. A request that failed in transport is retried with
-exponential backoff when it surely never reached the server, or when repeating it is harmless
-(the caller says which: ``idempotent``). With several servers over one database, requests go
-to one until it fails, then to the next.
+exponential backoff: every request of the store's API is safe to repeat (:mod:`agl.store._http`
+says how). With several servers over one database, requests go to one until it fails, then to
+the next.
+
+A 503 (the server cannot serve now: its database is unreachable, its disk is full) is retried
+too: on the next server after the backoff, or, with one server, after the wait its
+``Retry-After`` header asks for (at most :data:`MAX_RETRY_AFTER` seconds); once the retries are
+spent, the server's error is raised, a retryable
+:class:`~agl.StoreUnavailableError` (:class:`~agl.StoreFullError` for a full disk).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
 from agl._errors import StoreError, StoreUnavailableError
-from agl.store._http_wire import decode, never_sent, ssl_context
+from agl.store._http_wire import decode, failed_in_transport, ssl_context
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpTransport"]
+__all__ = ["MAX_RETRY_AFTER", "HttpTransport", "retry_after"]
 
 _JSON_CONTENT = {"content-type": "application/json"}
+
+MAX_RETRY_AFTER = 30.0
+"""Longest wait, in seconds, the client grants a server's ``Retry-After``."""
 
 
 class HttpTransport:
@@ -91,7 +104,6 @@ class HttpTransport:
         json: Any = None,
         content: bytes | None = None,
         params: Any = None,
-        idempotent: bool = True,
         wait: float = 0.0,
     ) -> Any:
         """Send a request, retrying transport failures; return the decoded JSON body."""
@@ -112,15 +124,14 @@ class HttpTransport:
                     allow_redirects=False,
                 ) as response:
                     status, body = response.status, await response.read()
+                    wait_asked = retry_after(response.headers.get("retry-after"))
             except Exception as exc:
-                unsent = never_sent(exc)
-                if unsent is None:
+                if not failed_in_transport(exc):
                     raise
-                if not (unsent or idempotent) or attempt == self._retries:
+                if attempt == self._retries:
                     raise StoreUnavailableError(
                         f"store at {base} unreachable ({type(exc).__name__}: {exc}) "
                         f"after {attempt + 1} tries"
-                        + ("" if unsent else "; not repeated: it may have been carried out")
                     ) from exc
                 if self._fail_over(base):
                     continue  # another server answers for the same data: try it at once
@@ -128,8 +139,9 @@ class HttpTransport:
                 delay = min(delay * 2, 2.0)
                 continue
             if status == 503 and attempt < self._retries:
-                self._fail_over(base)
-                await asyncio.sleep(delay)
+                # Retry-After is the answering server's: another one is asked after the backoff
+                moved = self._fail_over(base)
+                await asyncio.sleep(delay if moved or wait_asked is None else wait_asked)
                 delay = min(delay * 2, 2.0)
                 continue
             return decode(status, body)
@@ -170,3 +182,23 @@ class HttpTransport:
                 await session.close()
             elif not loop.is_closed() and loop.is_running():
                 asyncio.run_coroutine_threadsafe(session.close(), loop)
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), at most
+    :data:`MAX_RETRY_AFTER`; None without a readable one."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -1,5 +1,5 @@
 """What the HTTP store client needs beside its requests: URLs, errors back from the server,
-long polls cut to the server's limit, and which transport failures are safe to repeat."""
+long polls cut to the server's limit, and which failures happened in transport."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic_core import from_json
 
-from agl._errors import ERRORS_BY_NAME, AglError, InvalidInputError, StoreError
+from agl._errors import (
+    ERRORS_BY_NAME,
+    AglError,
+    InvalidInputError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agl.store._checks import MAX_POLL_SECONDS, MAX_WAIT_SECONDS
 
 __all__ = [
     "BodyTooLargeError",
     "base_url",
     "decode",
-    "never_sent",
+    "failed_in_transport",
     "path_segment",
     "polls",
     "ssl_context",
@@ -47,21 +53,14 @@ def base_url(one: str, url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-def never_sent(exc: Exception) -> bool | None:
-    """Say whether a request that raised ``exc`` surely never reached the server.
-
-    Returns:
-        True when no connection was made (so sending again is always safe), False when the
-        connection failed after the request may have gone out, None when ``exc`` is not a
-        transport failure at all.
-    """
+def failed_in_transport(exc: Exception) -> bool:
+    """Whether a request that raised ``exc`` failed on its way (no connection, a connection
+    lost, no answer in time), not in what the server answered."""
     import aiohttp
 
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return True
-    if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError):
-        return False
-    return None
+    return isinstance(
+        exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | TimeoutError
+    )
 
 
 class BodyTooLargeError(InvalidInputError):
@@ -79,6 +78,11 @@ def decode(status: int, body: bytes) -> Any:
         return data
     info = data.get("error") if isinstance(data, dict) else None
     if not isinstance(info, dict):
+        if status == 503:  # a proxy's, say: the server behind it cannot serve now
+            raise StoreUnavailableError(
+                f"store answered 503 (unavailable, after the client's retries): "
+                f"{body.decode(errors='replace')[:200]!r}"
+            )
         raise StoreError(
             f"store answered {status} without an agl error body: "
             f"{body.decode(errors='replace')[:200]!r}"

@@ -39,6 +39,7 @@ class _MemoryTransaction:
         self.latest_resources: ResourcesUpdate | None = None
         self.workers: dict[str, Worker] = {}
         self.metrics: list[MetricsRow] = []
+        self.requests: dict[str, tuple[float, str]] = {}  # kept in the order they came
         self.counted: collections.Counter[str] = collections.Counter()
         """What :meth:`counts` reports, kept by every write (never counted on a read)."""
 
@@ -205,6 +206,19 @@ class _MemoryTransaction:
 
     def metrics_runs(self) -> list[str]:
         return list(dict.fromkeys(row.run for row in self.metrics))
+
+    # answers to requests a client may repeat
+    def request_get(self, request_id: str) -> str | None:
+        kept = self.requests.get(request_id)
+        return None if kept is None else kept[1]
+
+    def request_put(self, request_id: str, answer: str, now: float, forget_before: float) -> None:
+        while self.requests:
+            oldest = next(iter(self.requests))
+            if self.requests[oldest][0] >= forget_before:
+                break
+            del self.requests[oldest]
+        self.requests[request_id] = (now, answer)
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:

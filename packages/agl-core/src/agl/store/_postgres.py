@@ -21,11 +21,19 @@ A transaction that loses a race to another server (a serialization failure, a de
 unique row inserted first) is retried from the start, up to ``retries`` times; every rule
 validates before it writes, so a retry sees the winner's row and answers as if it had come
 second. Commits are durable (PostgreSQL's ``synchronous_commit``) before the call returns.
+A disk that fills up (SQLSTATE 53100) fails the write with the retryable
+:class:`~agl.StoreFullError`; the server's other resource errors (class 53: memory,
+connections) with :class:`~agl.StoreUnavailableError` (:mod:`agl.store._full`).
 
 URL options (query string), besides libpq's own: ``pool_size`` (connections per store,
 default 8), ``poll_interval`` (seconds, default 1.0), ``retries`` (default 20). The schema's
 version is stored; an older schema is migrated in place when the store opens, a newer one (a
 newer agl wrote it) is refused.
+
+The password: leave it out of the URL (``postgresql://agl@db:5432/agl``), where ``ps`` would
+show it on a command line, and let libpq find it, as every PostgreSQL client does: in
+``PGPASSWORD``, or in a password file (``PGPASSFILE``, by default ``~/.pgpass``). Messages and
+logs name the URL without its password.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from agl._errors import AglError, InvalidInputError, StoreError, StoreUnavailabl
 from agl.store import _postgres_schema as schema
 from agl.store import _postgres_sql as sql
 from agl.store._checks import redact
+from agl.store._full import full_disk_error
 from agl.store._stateful import StatefulStore
 from agl.store._tx import Transaction
 
@@ -153,6 +162,8 @@ class PostgresStore(StatefulStore):
                 raise StoreUnavailableError(
                     f"cannot reach PostgreSQL at {self._display}: {exc}"
                 ) from None
+            except pg_errors.InsufficientResources as exc:  # a full disk, memory, connections
+                raise _out_of_resources(self._display, exc) from None
             except psycopg.OperationalError as exc:
                 raise _connection_error(self._display, exc) from None
             except psycopg.Error as exc:
@@ -225,9 +236,23 @@ def _connection_error(display: str, exc: Exception) -> AglError:
             value=display,
         )
     if "password authentication failed" in lowered or "no password supplied" in lowered:
-        return StoreUnavailableError(f"PostgreSQL at {display} refused the credentials: {message}")
+        return StoreUnavailableError(
+            f"PostgreSQL at {display} refused the credentials: {message}; the password comes "
+            "from PGPASSWORD or a password file (PGPASSFILE, default ~/.pgpass, mode 0600)"
+        )
     if "does not exist" in lowered and "database" in lowered:
         return StoreUnavailableError(f"PostgreSQL at {display}: {message}; create it first")
-    if "could not write" in lowered or "no space left" in lowered or "disk full" in lowered:
-        return StoreError(f"PostgreSQL at {display} cannot write (disk full?): {message}")
+    if isinstance(exc, pg_errors.InsufficientResources) or "no space left" in lowered:
+        return _out_of_resources(display, exc)
     return StoreUnavailableError(f"cannot reach PostgreSQL at {display}: {message}")
+
+
+def _out_of_resources(display: str, exc: Exception) -> StoreUnavailableError:
+    """A retryable error for PostgreSQL's SQLSTATE class 53: a full disk (53100) as such, out
+    of memory or connections as a server that cannot serve now."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, pg_errors.DiskFull) or "no space left" in message.lower():
+        return full_disk_error(display, "the database's files on the PostgreSQL server", message)
+    return StoreUnavailableError(
+        f"PostgreSQL at {display} is out of resources, retry later: {message}"
+    )

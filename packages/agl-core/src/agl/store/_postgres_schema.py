@@ -171,7 +171,15 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX IF NOT EXISTS agl_metrics_run ON agl_metrics (run, seq)",
     ],
-    _COUNTS,  # 5: kept counts for statistics, filled in from the rows already stored
+    [  # 5: the answers to requests a client may repeat (a dequeue, metrics rows), by its id
+        """CREATE TABLE IF NOT EXISTS agl_requests (
+            request_id TEXT PRIMARY KEY,
+            time DOUBLE PRECISION NOT NULL,
+            answer TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS agl_requests_time ON agl_requests (time)",
+    ],
+    _COUNTS,  # 6: kept counts for statistics, filled in from the rows already stored
 ]
 """Each entry takes a database from the version before it (0: empty) to its own number."""
 

@@ -21,7 +21,10 @@ Concurrency, with several store servers over one database, at READ COMMITTED:
   which then sees the committed row;
 - one server at a time looks for attempts past their deadline (a transaction-scoped advisory
   lock); the engine re-reads each attempt under its rollout's lock before ending it, so an
-  attempt is timed out once, and not after a heartbeat that just arrived.
+  attempt is timed out once, and not after a heartbeat that just arrived;
+- a request sent with a request id (a dequeue, metrics rows) takes an advisory lock on the id
+  first: the same request sent to two servers at once is carried out by one, and the other,
+  once that one commits, reads its answer.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from agl.store._tx import RolloutFilter, SpanKey, like_contains, span_row, spans
 __all__ = ["PostgresTransaction"]
 
 _SWEEP_LOCK = 0x61676C5F7377  # "agl_sw": one server at a time ends overdue attempts
+_REQUEST_LOCK = 0x61676C72  # "aglr" (with the request id's hash): a repeated request waits
 
 _ATTEMPT_INSERT = (
     "INSERT INTO agl_attempts (rollout_id, attempt_id, sequence, deadline, data, worker_id) "
@@ -347,6 +351,25 @@ class PostgresTransaction:
     def metrics_runs(self) -> list[str]:
         rows = self.db.execute("SELECT run FROM agl_metrics GROUP BY run ORDER BY MIN(seq)")
         return [run for (run,) in rows]
+
+    # answers to requests a client may repeat
+    def request_get(self, request_id: str) -> str | None:
+        # Held to the end of the transaction: the same request on another server waits, then
+        # reads this one's answer (READ COMMITTED: each statement sees what committed before).
+        self.db.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_REQUEST_LOCK, request_id)
+        )
+        row = self.db.execute(
+            "SELECT answer FROM agl_requests WHERE request_id = %s", (request_id,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def request_put(self, request_id: str, answer: str, now: float, forget_before: float) -> None:
+        self.db.execute("DELETE FROM agl_requests WHERE time < %s", (forget_before,))
+        self.db.execute(
+            "INSERT INTO agl_requests (request_id, time, answer) VALUES (%s, %s, %s)",
+            (request_id, now, answer),
+        )
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:

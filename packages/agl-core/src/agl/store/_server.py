@@ -26,9 +26,10 @@ Routes (JSON unless noted; the OpenAPI spec is at ``/openapi.json``, docs at ``/
 
 Every error is a JSON body ``{"error": {"type", "message", "field", "value"}}`` with a 4xx status
 for the client's mistakes (400 malformed body, 401 missing token, 404 unknown id, 409 conflict,
-413 body too large, 422 invalid field) and 500 only for the server's own failures, without a
-traceback (:mod:`agl.store._server_errors`). With a token, every request must carry
-``Authorization: Bearer <token>``.
+413 body too large, 422 invalid field), 503 with ``Retry-After`` when the store cannot serve now
+(its database unreachable, its disk full: retry later), and 500 only for the server's own
+failures, without a traceback (:mod:`agl.store._server_errors`). With a token, every request
+must carry ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def create_app(
         version="1",
         description="Rollouts, attempts, spans and resources of an agl run.",
         lifespan=lifespan,
-        responses={"4XX": {"model": ErrorBody}},
+        responses={
+            "4XX": {"model": ErrorBody},
+            "503": {"model": ErrorBody, "description": "Cannot serve now; retry after Retry-After"},
+        },
     )
     install_error_handlers(app)
 
@@ -145,7 +149,9 @@ def create_app(
 
     @app.post("/v1/rollouts/dequeue", tags=["rollouts"])
     async def dequeue(body: DequeueBody, request: Request) -> ClaimsBody:
-        claims = await store.dequeue_rollouts(body.limit, body.worker_id, body.wait)
+        claims = await store.dequeue_rollouts(
+            body.limit, body.worker_id, body.wait, request_id=body.request_id
+        )
         if claims and await request.is_disconnected():
             # The worker hung up during its long poll: nobody would run these. Put them back.
             for claim in claims:
@@ -327,7 +333,7 @@ def _add_metrics_routes(app: FastAPI, store: Store) -> None:
 
     @app.post("/v1/metrics", tags=["metrics"], status_code=204)
     async def add_metrics(body: MetricsBody) -> None:
-        await store.add_metrics(body.rows)
+        await store.add_metrics(body.rows, request_id=body.request_id)
 
     @app.get("/v1/metrics", tags=["metrics"])
     async def query_metrics(

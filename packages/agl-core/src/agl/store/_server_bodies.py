@@ -23,6 +23,7 @@ from agl._rollouts import (
 )
 from agl._spans import Span
 from agl.store._checks import MAX_ENQUEUE, MAX_POLL_SECONDS
+from agl.store._repeats import MAX_REQUEST_ID_LENGTH
 
 __all__ = [
     "AttemptUpdateBody",
@@ -64,10 +65,31 @@ _POLL = (
 )
 
 
+_REQUEST_ID = (
+    "Makes the request safe to repeat: the same request with the same id, within an hour, is "
+    "answered as the first one was and changes nothing (one URL path segment)."
+)
+
+
+_RequestId = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_REQUEST_ID_LENGTH,
+            "pattern": ROLLOUT_ID_PATTERN,
+            "description": _REQUEST_ID,
+        }
+    ),
+]
+
+
 class DequeueBody(_Body):
     limit: int = Field(default=1, ge=1, le=10_000)
     worker_id: str | None = None
     wait: float = Field(default=0.0, ge=0, le=MAX_POLL_SECONDS, description=_POLL)
+    request_id: _RequestId | None = None
 
 
 class ClaimsBody(_Body):
@@ -130,6 +152,7 @@ class ResourcesBody(_Body):
 
 class MetricsBody(_Body):
     rows: list[MetricsRow]
+    request_id: _RequestId | None = None
 
 
 class RunsBody(_Body):

@@ -1,9 +1,10 @@
 """How the store server answers what goes wrong: agl's JSON errors, never a traceback.
 
 Every error is a JSON body ``{"error": {"type", "message", "field", "value"}}``: the store's own
-errors with their status codes (:class:`~agl.AglError` subclasses), FastAPI's validation errors
-as one :class:`~agl.InvalidInputError` naming the first offending field, a body over the limit as
-413 (:class:`BodyLimitMiddleware`), and the server's own failures as a bare 500
+errors with their status codes (:class:`~agl.AglError` subclasses; the retryable ones, a store
+that cannot serve now or whose disk is full, as 503 with ``Retry-After``), FastAPI's validation
+errors as one :class:`~agl.InvalidInputError` naming the first offending field, a body over the
+limit as 413 (:class:`BodyLimitMiddleware`), and the server's own failures as a bare 500
 (:class:`UnexpectedErrorMiddleware`).
 """
 
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from agl._errors import AglError, InvalidInputError
+from agl.store._full import RETRY_AFTER_SECONDS
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -43,7 +45,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _error_response(error: AglError, status_code: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": error.to_dict()}, status_code=status_code or error.status_code)
+    status = status_code or error.status_code
+    # 503 says "try again": OTLP exporters and agl's client wait Retry-After, then retry.
+    headers = {"retry-after": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    return JSONResponse({"error": error.to_dict()}, status_code=status, headers=headers)
 
 
 def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:

@@ -9,7 +9,9 @@ A body that does not parse is a 400 (OTLP says senders must not retry it); a spa
 be read (its own bytes do not parse, it lacks the rollout's ids), or that the store refuses (an
 unknown rollout), is counted in OTLP's ``partial_success``, named by its path in the request,
 while the good spans sent with it are stored. A request none of whose spans could be stored is
-a 400 naming why.
+a 400 naming why. A store that cannot take spans now (its disk full, its database unreachable)
+is a 503 with ``Retry-After``, which OTLP exporters retry; spans of the request stored before
+it are not stored twice when it comes again.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
 from agl.store._base import StoreStatistics
+from agl.store._full import full_disk_error, sqlite_detail, sqlite_disk_full
 from agl.store._sqlite_schema import prepare, read_counts
 from agl.store._sqlite_writer import Writer
 from agl.store._stateful import StatefulStore, statistics_from_counts
@@ -300,6 +301,20 @@ class _SQLiteTransaction:
         rows = self.db.execute("SELECT run FROM metrics GROUP BY run ORDER BY MIN(seq)")
         return [run for (run,) in rows]
 
+    # answers to requests a client may repeat
+    def request_get(self, request_id: str) -> str | None:
+        row = self.db.execute(
+            "SELECT answer FROM requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def request_put(self, request_id: str, answer: str, now: float, forget_before: float) -> None:
+        self.db.execute("DELETE FROM requests WHERE time < ?", (forget_before,))
+        self.db.execute(
+            "INSERT INTO requests (request_id, time, answer) VALUES (?, ?, ?)",
+            (request_id, now, answer),
+        )
+
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
         row = self.db.execute(
@@ -370,6 +385,8 @@ class SQLiteStore(StatefulStore):
             prepare(connection, path)
         except sqlite3.DatabaseError as exc:
             connection.close()
+            if sqlite_disk_full(exc, path):
+                raise full_disk_error(self.url, str(path), sqlite_detail(exc)) from exc
             raise InvalidInputError(
                 f"{str(path)!r} is not a usable SQLite database: {exc}",
                 field="path",
@@ -379,7 +396,7 @@ class SQLiteStore(StatefulStore):
             connection.close()
             raise
         self.path = path
-        self._writer = Writer(connection, _SQLiteTransaction(connection))
+        self._writer = Writer(connection, _SQLiteTransaction(connection), path)
         self._writer.start()
 
     @classmethod
@@ -435,7 +452,13 @@ class SQLiteStore(StatefulStore):
         its own: never queued behind the writer's work."""
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
-        return statistics_from_counts(await asyncio.to_thread(_counts, self.path))
+        try:
+            counts = await asyncio.to_thread(_counts, self.path)
+        except sqlite3.Error as exc:
+            if sqlite_disk_full(exc, self.path):
+                raise full_disk_error(self.url, str(self.path), sqlite_detail(exc)) from None
+            raise StoreError(f"SQLite store {self.url!r} could not read counts: {exc}") from None
+        return statistics_from_counts(counts)
 
     async def close(self) -> None:
         if not self._closed:

@@ -68,6 +68,12 @@ CREATE TABLE IF NOT EXISTS metrics (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run, seq);
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY,
+    time REAL NOT NULL,
+    answer TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS requests_time ON requests (time);
 """
 
 _ADDED_COLUMNS = {

@@ -13,9 +13,11 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 from agl._errors import StoreError
+from agl.store._full import full_disk_error, sqlite_detail, sqlite_disk_full
 from agl.store._tx import Transaction
 
 __all__ = ["Writer"]
@@ -24,12 +26,19 @@ T = TypeVar("T")
 
 
 class Writer(threading.Thread):
-    """The thread that owns the connection and group-commits queued operations."""
+    """The thread that owns the connection and group-commits queued operations.
 
-    def __init__(self, connection: sqlite3.Connection, tx: Transaction) -> None:
+    ``path`` (the database file) lets a failure on a full disk be told apart from others: the
+    callers then get a retryable :class:`~agl.StoreFullError` (:mod:`agl.store._full`).
+    """
+
+    def __init__(
+        self, connection: sqlite3.Connection, tx: Transaction, path: Path | None = None
+    ) -> None:
         super().__init__(name="agl-sqlite-store", daemon=True)
         self._db = connection
         self._tx = tx
+        self._path = path
         self._jobs: queue.SimpleQueue[tuple[Callable[[Transaction], Any], Future[Any]] | None] = (
             queue.SimpleQueue()
         )
@@ -71,7 +80,10 @@ class Writer(threading.Thread):
         (none was told its write succeeded: answers come only after the commit)."""
         with contextlib.suppress(sqlite3.Error):
             self._rollback()
-        failure = StoreError(f"SQLite store write failed, nothing of it was kept: {exc}")
+        doing = "SQLite store write failed, nothing of it was kept"
+        failure = self._failure(exc, doing)
+        if failure is exc:
+            failure = StoreError(f"{doing}: {exc}")
         for _, future in jobs:
             if not future.done():
                 future.set_exception(failure)
@@ -87,20 +99,20 @@ class Writer(threading.Thread):
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            future.set_exception(StoreError(f"SQLite store could not start a write: {exc}"))
+            future.set_exception(self._failure(exc, "SQLite store could not start a write"))
             return
         try:
             result = operation(self._tx)
         except BaseException as exc:  # the caller gets it
             self._rollback()
-            future.set_exception(_as_store_error(exc))
+            future.set_exception(self._failure(exc))
             return
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
                 self._rollback()
-            future.set_exception(StoreError(f"SQLite store could not commit: {exc}"))
+            future.set_exception(self._failure(exc, "SQLite store could not commit"))
             return
         future.set_result(result)  # only now, with the commit on disk
 
@@ -115,7 +127,7 @@ class Writer(threading.Thread):
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             for _, future in jobs:
-                future.set_exception(StoreError(f"SQLite store could not start a write: {exc}"))
+                future.set_exception(self._failure(exc, "SQLite store could not start a write"))
             return
         for operation, future in jobs:
             if not future.set_running_or_notify_cancel():
@@ -126,7 +138,7 @@ class Writer(threading.Thread):
             except BaseException as exc:  # the caller gets it; the batch goes on
                 self._db.execute("ROLLBACK TO op")
                 self._db.execute("RELEASE op")
-                outcomes.append((future, None, _as_store_error(exc)))
+                outcomes.append((future, None, self._failure(exc)))
             else:
                 self._db.execute("RELEASE op")
                 outcomes.append((future, result, None))
@@ -135,7 +147,7 @@ class Writer(threading.Thread):
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
                 self._rollback()
-            failure = StoreError(f"SQLite store could not commit: {exc}")
+            failure = self._failure(exc, "SQLite store could not commit")
             for future, _, _ in outcomes:
                 future.set_exception(failure)
             return
@@ -146,8 +158,12 @@ class Writer(threading.Thread):
             else:
                 future.set_exception(error)
 
-
-def _as_store_error(exc: BaseException) -> BaseException:
-    if isinstance(exc, sqlite3.Error):
-        return StoreError(f"SQLite error: {exc}")
-    return exc
+    def _failure(self, exc: BaseException, doing: str = "SQLite error") -> BaseException:
+        """What the caller is told of ``exc``: a full disk as such, another SQLite error as a
+        :class:`~agl.StoreError` saying what failed, anything else as it is."""
+        if sqlite_disk_full(exc, self._path):
+            where = str(self._path) if self._path is not None else "the database"
+            return full_disk_error(f"sqlite:///{where}", where, sqlite_detail(exc))
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"{doing}: {exc}")
+        return exc

@@ -37,6 +37,7 @@ from agl.store import _engine as engine
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_WAIT_SECONDS, as_list, as_resources
 from agl.store._engine import MAX_PAGE_SIZE
+from agl.store._repeats import check_request_id
 from agl.store._storable import refuse_unstorable
 from agl.store._tx import Transaction
 
@@ -106,14 +107,21 @@ class StatefulStore(ClosingStore):
         return result
 
     async def dequeue_rollouts(
-        self, limit: int = 1, worker_id: str | None = None, wait: float = 0.0
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        wait: float = 0.0,
+        *,
+        request_id: str | None = None,
     ) -> list[Claim]:
         _check_wait(wait, "wait")
+        if request_id is not None:
+            check_request_id(request_id)
 
         def attempt(tx: Transaction) -> list[Claim]:
             now = time.time()
             engine.sweep(tx, now)
-            return engine.dequeue(tx, limit, worker_id, now)
+            return engine.dequeue(tx, limit, worker_id, now, request_id)
 
         deadline = time.monotonic() + wait
         while True:
@@ -243,10 +251,14 @@ class StatefulStore(ClosingStore):
 
     # --- metrics ----------------------------------------------------------------------------
 
-    async def add_metrics(self, rows: Sequence[MetricsRow]) -> None:
+    async def add_metrics(
+        self, rows: Sequence[MetricsRow], *, request_id: str | None = None
+    ) -> None:
         rows = as_list(rows, "rows", MetricsRow)
+        if request_id is not None:
+            check_request_id(request_id)
         if rows:
-            await self._run(lambda tx: tx.metrics_insert(rows))
+            await self._run(lambda tx: engine.add_metrics(tx, rows, time.time(), request_id))
 
     async def query_metrics(
         self, run: str | None = None, limit: int = MAX_PAGE_SIZE, offset: int = 0

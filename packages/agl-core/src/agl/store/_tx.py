@@ -133,6 +133,19 @@ class Transaction(Protocol):
         """Return the runs that added rows, in the order each first did."""
         ...
 
+    # answers to requests a client may repeat (agl.store._repeats)
+    def request_get(self, request_id: str) -> str | None:
+        """Return the answer kept for ``request_id`` (JSON), or None.
+
+        A backend that other processes write at the same time (PostgreSQL) holds the id until
+        the transaction ends, so the same request sent to two servers is answered once.
+        """
+        ...
+
+    def request_put(self, request_id: str, answer: str, now: float, forget_before: float) -> None:
+        """Keep ``answer`` for ``request_id``; drop the answers kept before ``forget_before``."""
+        ...
+
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
         """Record that a worker was heard from at ``now``; ``claimed`` (the rollouts a

@@ -5,5 +5,6 @@
 - :mod:`agl.testing.instrumentor`: what every instrumentor must record, against a real server;
 - :mod:`agl.testing.openai_server`: a scripted OpenAI-compatible server speaking vLLM's wire
   protocol (token ids, logprobs, streaming);
-- :mod:`agl.testing.ports`: a free loopback port for a server started in another process.
+- :mod:`agl.testing.ports`: a free loopback port for a server started in another process;
+- :mod:`agl.testing.disks`: a small real disk to fill up, for tests of a full disk.
 """

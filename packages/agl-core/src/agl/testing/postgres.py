@@ -96,10 +96,33 @@ class PostgresServer:
         """The URL of the ``postgres`` maintenance database, as the superuser."""
         return self.url_of("postgres")
 
-    def url_of(self, database: str, *, password: str | None = None) -> str:
-        """The URL of ``database`` on this server (``password`` overrides the real one)."""
+    def url_of(
+        self, database: str, *, password: str | None = None, with_password: bool = True
+    ) -> str:
+        """The URL of ``database`` on this server (``password`` overrides the real one).
+
+        ``with_password=False``: a URL without one, for the client to find it the way libpq
+        does (``PGPASSWORD``, the password file :meth:`write_passfile` writes).
+        """
         secret = self.password if password is None else password
-        return f"postgresql://{self.user}:{secret}@{self.host}:{self.port}/{database}"
+        credentials = f"{self.user}:{secret}" if with_password else self.user
+        return f"postgresql://{credentials}@{self.host}:{self.port}/{database}"
+
+    def write_passfile(self, path: Path) -> Path:
+        """Write a libpq password file (``PGPASSFILE``) giving this server's password, mode
+        0600 as libpq requires; return its path."""
+        path.write_text(f"{self.host}:{self.port}:*:{self.user}:{self.password}\n")
+        path.chmod(0o600)
+        return path
+
+    @property
+    def small_disk_here(self) -> Path:
+        """:attr:`small_disk` as this process reaches it, through the running server's mount
+        namespace (root only): for a test to fill that disk with a file of its own, and to free
+        it again."""
+        if self.pid is None:
+            raise RuntimeError("the server is not running: its small disk is not mounted")
+        return Path(f"/proc/{self.pid}/root") / self.small_disk.relative_to(self.small_disk.anchor)
 
     @property
     def pid(self) -> int | None:

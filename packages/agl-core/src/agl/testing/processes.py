@@ -43,7 +43,15 @@ __all__ = [
 ]
 
 # Variables that would make a child use the tester's own servers or tokens.
-_PRIVATE_ENV = ("AGL_STORE", "AGL_STORE_TOKEN", "AGL_GATEWAY_TOKEN", "AGL_UPSTREAM_API_KEY")
+_PRIVATE_ENV = (
+    "AGL_STORE",
+    "AGL_STORE_TOKEN",
+    "AGL_STORE_TOKEN_FILE",
+    "AGL_GATEWAY_TOKEN",
+    "AGL_GATEWAY_TOKEN_FILE",
+    "AGL_UPSTREAM_API_KEY",
+    "AGL_UPSTREAM_API_KEY_FILE",
+)
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -183,9 +191,9 @@ class Processes:
         env: Mapping[str, str] | None = None,
         netns: str | None = None,
     ) -> Child:
-        """Start ``agl store serve --db DB`` and wait until it answers."""
+        """Start ``agl store serve --store DB`` and wait until it answers."""
         child = self.start(
-            name, "store", "serve", "--db", db, "--host", host, "--port", str(port),
+            name, "store", "serve", "--store", db, "--host", host, "--port", str(port),
             "--log-level", "warning", *options, env=env, netns=netns,
         )  # fmt: skip
         return await self.serving(child, f"http://{_url_host(host)}:{port}/health", netns=netns)

@@ -220,6 +220,64 @@ class StoreConformance:
         assert worker.num_claimed == 2
         assert worker.last_dequeue_time is not None
 
+    async def test_a_repeated_dequeue_returns_the_first_answer(self, store: Store) -> None:
+        rollouts = await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(3)])
+        first = await store.dequeue_rollouts(limit=2, worker_id="w1", request_id="rq-once")
+        again = await store.dequeue_rollouts(limit=2, worker_id="w1", request_id="rq-once")
+        assert [c.attempt.attempt_id for c in again] == [c.attempt.attempt_id for c in first]
+        assert [c.rollout.rollout_id for c in again] == [r.rollout_id for r in rollouts[:2]]
+        assert all(c.attempt.status == AttemptStatus.PREPARING for c in again)
+        for rollout in rollouts[:2]:  # one attempt each: the repeat claimed nothing
+            assert len(await store.query_attempts(rollout.rollout_id)) == 1
+        [worker] = await store.query_workers()
+        assert worker.num_claimed == 2
+        # A new id claims what is left; an answer of no claims is not kept (nothing to repeat).
+        assert await store.dequeue_rollouts(worker_id="w1", request_id="rq-empty", wait=0) != []
+        assert await store.dequeue_rollouts(worker_id="w1", request_id="rq-none") == []
+        await store.enqueue_rollouts([RolloutRequest(input=3)])
+        [late] = await store.dequeue_rollouts(worker_id="w1", request_id="rq-none")
+        assert late.rollout.input == 3
+
+    async def test_a_repeated_dequeue_leaves_out_attempts_that_ended(self, store: Store) -> None:
+        await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(2)])
+        first = await store.dequeue_rollouts(limit=2, worker_id="w1", request_id="rq-1")
+        ended = first[0].attempt
+        await store.update_attempt(ended.rollout_id, ended.attempt_id, AttemptStatus.RELEASED)
+        again = await store.dequeue_rollouts(limit=2, worker_id="w1", request_id="rq-1")
+        assert [c.attempt.attempt_id for c in again] == [first[1].attempt.attempt_id]
+        # The released rollout went back to the queue: a new request claims it.
+        [retry] = await store.dequeue_rollouts(worker_id="w2", request_id="rq-2")
+        assert retry.rollout.rollout_id == ended.rollout_id
+        assert retry.attempt.sequence == 2
+
+    async def test_a_request_id_names_one_request(self, store: Store) -> None:
+        await store.enqueue_rollouts([RolloutRequest(input=i) for i in range(2)])
+        await store.dequeue_rollouts(worker_id="w1", request_id="rq-taken")
+        with pytest.raises(ConflictError) as refused:
+            await store.dequeue_rollouts(worker_id="w2", request_id="rq-taken")
+        assert refused.value.field == "request_id"
+        assert "already used" in refused.value.message
+        with pytest.raises(ConflictError):
+            await store.add_metrics(
+                [MetricsRow(run="r", step=1, time=1.0, values={"x": 1.0})], request_id="rq-taken"
+            )
+        for bad in ["", "a/b", "nul\x00", "x" * 129]:
+            with pytest.raises(InvalidInputError) as caught:
+                await store.dequeue_rollouts(request_id=bad)
+            assert caught.value.field == "request_id"
+        assert (await store.query_rollouts(status=RolloutStatus.QUEUING)).total == 1
+
+    async def test_a_repeated_metrics_batch_is_stored_once(self, store: Store) -> None:
+        rows = [
+            MetricsRow(run="r", step=step, time=float(step), values={"loss": 1.0 / step})
+            for step in (1, 2)
+        ]
+        await store.add_metrics(rows, request_id="rq-m")
+        await store.add_metrics(rows, request_id="rq-m")
+        await store.add_metrics(rows[:1])  # no id: a step logged again is a new row
+        page = await store.query_metrics(run="r")
+        assert [row.step for row in page.rows] == [1, 2, 1]
+
     async def test_query_rollouts_filters_and_pages(self, store: Store) -> None:
         await store.enqueue_rollouts(
             [RolloutRequest(input=i, mode="train" if i % 2 else "val") for i in range(10)]

@@ -199,6 +199,9 @@ def script_api(instrumentor: str, framework: str) -> ScriptAPI:
         return getattr(importlib.import_module(module), name)
 
     def build(tracer: Tracer) -> Any:
+        from agl._requirements import warn_unmet_of_package
+
+        warn_unmet_of_package(package, f"{package}.instrument")
         return load()(tracer)
 
     script: ScriptInstrumentation[Any] = ScriptInstrumentation(build)
