@@ -137,7 +137,10 @@ async def export(args: argparse.Namespace, db: Path, encoding: str, label: str) 
     process, url = serve(db, "--db")  # the option's name at every revision
     pid = process.pid
     try:
-        async with agl.open_store(url) as store, httpx.AsyncClient(timeout=600) as http:
+        # Rollouts are made and read through the file itself: the server of another revision
+        # may not speak this client's HTTP API.
+        store = agl.open_store(f"sqlite:///{db}")
+        async with store, httpx.AsyncClient(timeout=600) as http:
             await store.enqueue_rollouts([agl.RolloutRequest(input=i) for i in range(2)])
             warm, claim = await store.dequeue_rollouts(limit=2, worker_id="bench")
             build, content_type = BODIES[encoding]
