@@ -6,9 +6,9 @@ Starts ``agl store serve`` over a SQLite file in a process of its own and, over 
    tenth, so a cost that grows with the table (a scan per rollout) shows as a falling rate.
 2. **Spans**: adds ``--spans`` spans (1,000 per request) to one rollout.
 3. **Counting while serving**: the median time of ``GET /v1/rollouts/{id}`` alone, then while
-   another client asks ``GET /v1/statistics`` (which counts every span) in a loop, and the
-   median time of those statistics requests. Counted on the writer thread, each count held
-   every other request up; it runs on a connection of its own now.
+   another client asks ``GET /v1/statistics`` in a loop, and the median time of those
+   statistics requests. Counted on the writer thread, each count held every other request up;
+   it ran on a connection of its own next, and now reads kept counts (``store_counts.py``).
 
 Run: ``uv run --no-sync python benchmarks/store_scale.py`` (about 10 minutes on 2 cores with
 the defaults; ``--rollouts 20000 --spans 20000`` for a quick look).
@@ -32,11 +32,13 @@ from agl._spans import new_span_id, new_trace_id
 from agl.testing.ports import free_port
 
 
-def serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(db: Path, option: str = "--store") -> tuple[subprocess.Popen[bytes], str]:
+    """``agl store serve OPTION sqlite:///DB`` on a free port (``--db``, the option's former
+    name, for servers of older revisions)."""
     port = free_port()
     agl = Path(sys.executable).with_name("agl")
     process = subprocess.Popen(
-        [str(agl), "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port)],
+        [str(agl), "store", "serve", option, f"sqlite:///{db}", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -70,6 +70,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ["--otlp-mb", "1", "--otlp-spans", "2000", "--spans", "2000"],
             "reading one rollout's 2,000 spans",
         ),
+        (
+            "store_counts.py",
+            [
+                *("--spans", "3000", "--rollouts", "6", "--rounds", "2", "--reads", "3"),
+                *("--contended-spans", "480"),
+            ],
+            "spans/s one hot row",
+        ),
         ("span_buffer.py", ["--mb", "1"], "gateway "),
     ],
     ids=[
@@ -85,6 +93,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "learning",
         "store_scale",
         "store_memory",
+        "store_counts",
         "span_buffer",
     ],
 )

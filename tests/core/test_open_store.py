@@ -117,6 +117,25 @@ async def test_a_sqlite_file_from_before_the_filters_opens_and_is_filled_in(
             assert (await store.query_rollouts(worker_id="w")).total == 1
             await store.add_metrics([agl.MetricsRow(run="r", step=0, time=1.0)])
             assert await store.metric_runs() == ["r"]
+    # Kept counts, filled in from the rows already stored, then kept by every write.
+    with sqlite3.connect(path) as db:
+        assert dict(db.execute("SELECT key, n FROM counts WHERE n <> 0")) == {
+            "rollouts.running": 1,
+            "attempts": 1,
+        }
+    async with SQLiteStore(path) as store:
+        await store.enqueue_rollouts([agl.RolloutRequest(input=2, rollout_id="new")])
+        await store.dequeue_rollouts(worker_id="w")
+        stats = await store.statistics()
+        assert (stats.rollouts, stats.rollouts_by_status[agl.RolloutStatus.PREPARING]) == (2, 1)
+        assert (stats.attempts, stats.workers, stats.spans) == (2, 1, 0)
+    with sqlite3.connect(path) as db:
+        assert dict(db.execute("SELECT key, n FROM counts WHERE n <> 0")) == {
+            "rollouts.running": 1,
+            "rollouts.preparing": 1,
+            "attempts": 2,
+            "workers": 1,
+        }
 
 
 def test_a_sqlite_file_of_another_schema_version_is_refused_and_left_as_it_was(

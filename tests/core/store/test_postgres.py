@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import time
 import uuid
@@ -18,9 +19,10 @@ import pytest
 import agl
 from agl import Attempt, Rollout, RolloutConfig, RolloutRequest, RolloutStatus, Worker
 from agl._spans import new_span_id, new_trace_id
+from agl.store import _postgres_schema as postgres_schema
 from agl.store._checks import redact
 from agl.store._postgres import PostgresStore
-from agl.store._postgres_schema import SCHEMA_VERSION, migrate
+from agl.store._postgres_schema import SCHEMA_VERSION, fold_counts, migrate
 from agl.testing.ports import free_port
 from agl.testing.postgres import PostgresServer
 from agl.testing.processes import Processes
@@ -223,6 +225,12 @@ async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
     try:
         assert store.migrated_from == 1
         assert (await store.get_rollout("kept")).input == 1
+        # Kept counts, filled in from the rows already stored.
+        assert _as_counts(await store.statistics()) == {
+            "rollouts.queuing": 1,
+            "rollouts.running": 1,
+            **{"attempts": 1, "spans": 0, "resources": 0, "workers": 1},
+        }
         # Columns added since are filled in from the rows already stored.
         by_time = await store.query_rollouts(since=1.0, until=5.0)
         assert [rollout.rollout_id for rollout in by_time.rollouts] == ["kept"]
@@ -238,10 +246,16 @@ async def test_an_older_schema_is_migrated_in_place(url: str) -> None:
         (seen,) = await store.query_workers()
         assert (seen.first_seen_time, seen.num_claimed) == (1.0, 4)
         assert seen.last_seen_time > 2.0
+        stats = await store.statistics()
+        assert _as_counts(stats) == _counted_rows(url)
+        assert (stats.rollouts_by_status[RolloutStatus.PREPARING], stats.attempts) == (1, 2)
     finally:
         await store.close()
     with psycopg.connect(url) as db:
         assert db.execute("SELECT to_regclass('agl_rollouts_status')").fetchone() != (None,)
+        kept = db.execute("SELECT key, SUM(n)::int FROM agl_counts GROUP BY key").fetchall()
+        counted = _counted_rows(url)
+        assert {key: n for key, n in kept if n} == {key: n for key, n in counted.items() if n}
         version = db.execute("SELECT value FROM agl_meta WHERE key = 'schema_version'")
         assert version.fetchone() == (str(SCHEMA_VERSION),)
 
@@ -402,3 +416,80 @@ async def test_a_full_disk_is_named_and_what_was_stored_stays() -> None:
             spans = await store.query_spans("r")
             assert [span.sequence_id for span in spans] == list(range(1, acknowledged + 1))
             assert (await store.get_rollout("r")).status == RolloutStatus.PREPARING
+
+
+def _counted_rows(url: str) -> dict[str, int]:
+    """What statistics must report, counted from the rows themselves."""
+    with psycopg.connect(url) as db:
+        counts = {
+            f"rollouts.{status}": int(n)
+            for status, n in db.execute("SELECT status, COUNT(*) FROM agl_rollouts GROUP BY status")
+        }
+        for table in ("attempts", "spans", "resources", "workers"):
+            row = db.execute(f"SELECT COUNT(*) FROM agl_{table}").fetchone()
+            assert row is not None
+            counts[table] = int(row[0])
+    return counts
+
+
+def _as_counts(stats: agl.StoreStatistics) -> dict[str, int]:
+    counts = {f"rollouts.{status}": n for status, n in stats.rollouts_by_status.items() if n}
+    counts.update(
+        attempts=stats.attempts, spans=stats.spans, resources=stats.resources, workers=stats.workers
+    )
+    return counts
+
+
+async def test_kept_counts_stay_exact_with_three_stores_writing_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = [agl.open_store(url) for _ in range(3)]
+    try:
+        await stores[0].add_resources({"llm": agl.LLM(endpoint="e", model="m")})
+        config = RolloutConfig(max_attempts=2)
+
+        async def work(index: int, store: agl.Store) -> None:
+            ids = [f"r{index}-{i}" for i in range(20)]
+            requests = [
+                RolloutRequest(input=i, rollout_id=r, config=config) for i, r in enumerate(ids)
+            ]
+            await store.enqueue_rollouts(requests)
+            for round_ in range(3):
+                claims = await store.dequeue_rollouts(limit=8, worker_id=f"w{index}")
+                for number, claim in enumerate(claims):
+                    rollout_id, attempt_id = claim.rollout.rollout_id, claim.attempt.attempt_id
+                    await store.add_spans([_span(rollout_id, attempt_id, i) for i in range(5)])
+                    status = ["succeeded", "failed", "running", "released"][(number + round_) % 4]
+                    # another client may have cancelled that rollout meanwhile
+                    with contextlib.suppress(agl.ConflictError):
+                        await store.update_attempt(rollout_id, attempt_id, status=status)
+            await store.cancel_rollout(ids[-1])
+
+        # Two clients on each store, each with rollouts of its own.
+        await asyncio.gather(*(work(i, stores[i % 3]) for i in range(6)))
+        expected = _counted_rows(url)
+        assert expected["spans"] > 0
+        assert expected["rollouts.succeeded"] > 0
+        for store in stores:
+            assert _as_counts(await store.statistics()) == expected
+        with psycopg.connect(url) as db:
+            slots = db.execute("SELECT COUNT(DISTINCT slot) FROM agl_counts").fetchone()
+        assert slots is not None
+        assert slots[0] > 1
+    finally:
+        for store in stores:
+            await store.close()
+    # The sessions ended: a read past FOLD_SLOTS slots gathers theirs into one, sums unchanged.
+    monkeypatch.setattr(postgres_schema, "FOLD_SLOTS", 1)
+    async with agl.open_store(url) as store:
+        assert _as_counts(await store.statistics()) == expected
+    with psycopg.connect(url) as db:
+        ended = db.execute(
+            "SELECT COUNT(*) FROM agl_counts WHERE slot <> 0 AND slot NOT IN "
+            "(SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)"
+        ).fetchone()
+        assert ended == (0,)
+        assert fold_counts(db)  # nothing left to fold: nothing changes
+        db.commit()
+    async with agl.open_store(url) as store:
+        assert _as_counts(await store.statistics()) == expected

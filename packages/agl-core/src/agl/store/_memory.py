@@ -7,6 +7,7 @@ loops. Objects handed out are copies: changing them does not change the store.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -39,6 +40,8 @@ class _MemoryTransaction:
         self.workers: dict[str, Worker] = {}
         self.metrics: list[MetricsRow] = []
         self.requests: dict[str, tuple[float, str]] = {}  # kept in the order they came
+        self.counted: collections.Counter[str] = collections.Counter()
+        """What :meth:`counts` reports, kept by every write (never counted on a read)."""
 
     # rollouts
     def rollout_get(self, rollout_id: str) -> Rollout | None:
@@ -54,11 +57,15 @@ class _MemoryTransaction:
         self.attempts[rollout.rollout_id] = {}
         self.spans[rollout.rollout_id] = []
         self.next_sequence[rollout.rollout_id] = 1
+        self.counted[f"rollouts.{rollout.status.value}"] += 1
         if rollout.status.is_claimable:
             self.queue[rollout.rollout_id] = None
 
     def rollout_update(self, rollout: Rollout) -> None:
+        before = self.rollouts[rollout.rollout_id].status
         self.rollouts[rollout.rollout_id] = rollout.model_copy(deep=True)
+        self.counted[f"rollouts.{before.value}"] -= 1
+        self.counted[f"rollouts.{rollout.status.value}"] += 1
         if rollout.status.is_claimable:
             self.queue.setdefault(rollout.rollout_id, None)
         else:
@@ -117,7 +124,9 @@ class _MemoryTransaction:
             self.attempt_upsert(attempt, deadline)
 
     def attempt_upsert(self, attempt: Attempt, deadline: float | None) -> None:
-        self.attempts[attempt.rollout_id][attempt.attempt_id] = attempt.model_copy()
+        attempts = self.attempts[attempt.rollout_id]
+        self.counted["attempts"] += attempt.attempt_id not in attempts
+        attempts[attempt.attempt_id] = attempt.model_copy()
         key = (attempt.rollout_id, attempt.attempt_id)
         if deadline is None:
             self.deadlines.pop(key, None)
@@ -147,6 +156,7 @@ class _MemoryTransaction:
             self.spans[span.rollout_id].append(span.model_copy(update={"sequence_id": sequence_id}))
             key = (span.rollout_id, span.attempt_id, span.trace_id, span.span_id)
             self.span_index[key] = sequence_id
+        self.counted["spans"] += len(spans)
 
     def spans_query(
         self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
@@ -173,6 +183,7 @@ class _MemoryTransaction:
 
     def resources_insert(self, update: ResourcesUpdate) -> None:
         stored = update.model_copy(deep=True)
+        self.counted["resources"] += update.resources_id not in self.resources
         self.resources[update.resources_id] = stored
         self.latest_resources = stored
 
@@ -211,21 +222,14 @@ class _MemoryTransaction:
 
     # workers
     def worker_seen(self, worker_id: str, now: float, claimed: int | None) -> None:
+        self.counted["workers"] += worker_id not in self.workers
         self.workers[worker_id] = worker_seen(self.workers.get(worker_id), worker_id, now, claimed)
 
     def workers_all(self) -> list[Worker]:
         return [worker.model_copy() for worker in self.workers.values()]
 
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for rollout in self.rollouts.values():
-            key = f"rollouts.{rollout.status.value}"
-            counts[key] = counts.get(key, 0) + 1
-        counts["attempts"] = sum(len(attempts) for attempts in self.attempts.values())
-        counts["spans"] = len(self.span_index)
-        counts["resources"] = len(self.resources)
-        counts["workers"] = len(self.workers)
-        return counts
+        return dict(self.counted)
 
 
 class MemoryStore(StatefulStore):

@@ -7,8 +7,9 @@ either of its encodings, protobuf or JSON, and this module turns its body into
 through the ``agl.rollout.id`` and ``agl.attempt.id`` attributes set on the span itself or on
 its resource. :func:`decode_traces` takes a request as a whole (any bad span rejects every
 span); the store server reads it with :func:`read_traces` instead, in chunks, so that a large
-export is never all in memory as agl spans at once, and so that a bad span is reported (in
-OTLP's ``partial_success``) rather than losing the good spans sent with it.
+export is never all in memory at once (neither as agl spans nor as a parsed request: the body
+is walked a span at a time, :mod:`agl.store._otlp_walk`), and so that a bad span is reported
+(in OTLP's ``partial_success``) rather than losing the good spans sent with it.
 
 The protobuf classes come from the ``opentelemetry-proto`` package (the ``server`` extra) and
 are imported only when a request is decoded, so ``import agl`` stays light.
@@ -17,11 +18,8 @@ are imported only when a request is decoded, so ``import agl`` stays light.
 from __future__ import annotations
 
 import base64
-import binascii
-import functools
-import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
@@ -31,11 +29,8 @@ from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCo
 from agl.semconv import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Iterable, Iterator
 
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
     from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 
@@ -49,12 +44,9 @@ OTLP_CONTENT_TYPES = (PROTOBUF, JSON)
 # OTLP enum numbers (SPAN_KIND_*, STATUS_CODE_*); unknown numbers fall back to the default.
 _KINDS = {2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _STATUS_CODES = {1: StatusCode.OK, 2: StatusCode.ERROR}
-# The id fields of a span and of a link, by both names OTLP/JSON may spell them.
-_SPAN_IDS = (("trace_id", "traceId"), ("span_id", "spanId"), ("parent_span_id", "parentSpanId"))
-_LINK_IDS = _SPAN_IDS[:2]
 
 
-def decode_traces(body: bytes, content_type: str) -> list[Span]:
+def decode_traces(body: bytes | bytearray, content_type: str) -> list[Span]:
     """Decode the body of an OTLP/HTTP trace export request.
 
     Args:
@@ -68,10 +60,18 @@ def decode_traces(body: bytes, content_type: str) -> list[Span]:
         InvalidInputError: If the content type is not an OTLP one, the body does not parse, or
             any span has a malformed id or lacks a rollout or attempt id. ``field`` names where.
     """
-    request = _parse(body, _media_type(content_type))
-    return [
-        _convert_span(otlp_span, resource(), path) for path, resource, otlp_span in _walk(request)
-    ]
+    spans = []
+    for read in _read(body, content_type):
+        if read.error is not None:
+            raise read.error
+        if read.span is None:
+            raise InvalidInputError(
+                f"the body is not a valid OTLP {read.encoding} trace export request: "
+                f"{read.path}: {read.unparsable}",
+                field="body",
+            )
+        spans.append(read.span)
+    return spans
 
 
 @dataclass
@@ -84,46 +84,97 @@ class TraceChunk:
     bad: list[tuple[str, str]] = field(default_factory=list)
 
 
-def read_traces(body: bytes, content_type: str, chunk: int = 1000) -> Iterator[TraceChunk]:
-    """Decode an OTLP/HTTP trace export request in chunks of at most ``chunk`` spans.
+def read_traces(
+    body: bytes | bytearray, content_type: str, chunk: int = 1000, chunk_bytes: int = 4_000_000
+) -> Iterator[TraceChunk]:
+    """Decode an OTLP/HTTP trace export request in chunks of at most ``chunk`` spans, each
+    chunk ending once its spans take ``chunk_bytes`` of the body (so large spans make smaller
+    chunks).
 
-    The body is parsed before this returns; the spans are converted as the chunks are taken.
+    The body's framing is read whole before this returns (a body that is not an export request
+    raises here); each span is parsed and converted as the chunks are taken, so memory holds
+    the body and one chunk (:mod:`agl.store._otlp_walk`). A span that cannot be read is one of
+    its chunk's ``bad``.
 
     Raises:
         InvalidInputError: If the content type is not an OTLP one or the body does not parse.
     """
-    request = _parse(body, _media_type(content_type))
+    reads = _read(body, content_type)
 
     def chunks() -> Iterator[TraceChunk]:
-        current = TraceChunk()
-        for path, resource, otlp_span in _walk(request):
-            try:
-                current.spans.append(_convert_span(otlp_span, resource(), path))
-            except InvalidInputError as exc:
-                current.bad.append((exc.field or path, f"{path}: {exc.message}"))
+        current, size = TraceChunk(), 0
+        for read in reads:
+            size += read.size
+            if read.span is not None:
+                current.spans.append(read.span)
+                current.paths.append(read.path)
+            elif read.error is not None:
+                error = read.error
+                current.bad.append((error.field or read.path, f"{read.path}: {error.message}"))
             else:
-                current.paths.append(path)
-            if len(current.spans) + len(current.bad) >= chunk:
+                why = f"not a valid OTLP {read.encoding} span: {read.unparsable}"
+                current.bad.append((read.path, f"{read.path}: {why}"))
+            if len(current.spans) + len(current.bad) >= chunk or size >= chunk_bytes:
                 yield current
-                current = TraceChunk()
+                current, size = TraceChunk(), 0
         if current.spans or current.bad:
             yield current
 
     return chunks()
 
 
-def _walk(
-    request: ExportTraceServiceRequest,
-) -> Iterator[tuple[str, Callable[[], dict[str, JsonValue]], OtlpSpan]]:
-    """Each span of ``request`` with its path and its resource's attributes (read when first
-    asked for: a resource with bad attributes fails each of its spans)."""
-    for i, resource_spans in enumerate(request.resource_spans):
-        path = f"resource_spans[{i}]"
-        attributes = resource_spans.resource.attributes
-        resource = functools.cache(functools.partial(_attributes, attributes, f"{path}.resource"))
-        for j, scope_spans in enumerate(resource_spans.scope_spans):
-            for k, otlp_span in enumerate(scope_spans.spans):
-                yield f"resource_spans[{i}].scope_spans[{j}].spans[{k}]", resource, otlp_span
+@dataclass(frozen=True)
+class _Read:
+    """One span of a request as read: converted, refused (``error``), or not parsable."""
+
+    path: str
+    encoding: str
+    size: int
+    span: Span | None = None
+    error: InvalidInputError | None = None
+    unparsable: Exception | None = None
+
+
+def _read(body: bytes | bytearray, content_type: str) -> Iterator[_Read]:
+    """Check the framing of the whole body (raising here), then read its spans lazily."""
+    from agl.store._otlp_walk import BadBody, walk
+
+    media_type = _media_type(content_type)
+    encoding = "protobuf" if media_type == PROTOBUF else "JSON"
+    try:
+        walked = walk(body, media_type == JSON)
+    except BadBody as exc:
+        raise InvalidInputError(
+            f"the body is not a valid OTLP {encoding} trace export request: {exc}", field="body"
+        ) from None
+
+    def reads() -> Iterator[_Read]:
+        resources: dict[int, dict[str, JsonValue] | InvalidInputError] = {}
+        for item in walked:
+            if isinstance(item.error, InvalidInputError):
+                yield _Read(item.path, encoding, item.size, error=item.error)
+                continue
+            if item.span is None:
+                yield _Read(item.path, encoding, item.size, unparsable=item.error)
+                continue
+            resource = resources.get(item.resource_index)
+            if resource is None:  # a resource's attributes are read when its first span is
+                try:
+                    where = f"resource_spans[{item.resource_index}].resource"
+                    resource = _attributes(item.resource, where)
+                except InvalidInputError as exc:
+                    resource = exc
+                resources[item.resource_index] = resource
+            try:
+                if isinstance(resource, InvalidInputError):
+                    raise resource
+                span = _convert_span(item.span, resource, item.path)
+            except InvalidInputError as exc:
+                yield _Read(item.path, encoding, item.size, error=exc)
+            else:
+                yield _Read(item.path, encoding, item.size, span=span)
+
+    return reads()
 
 
 def encode_response(
@@ -166,67 +217,6 @@ def _media_type(content_type: str) -> str:
             value=content_type,
         )
     return media_type
-
-
-def _parse(body: bytes, media_type: str) -> ExportTraceServiceRequest:
-    from google.protobuf import json_format
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    request = ExportTraceServiceRequest()
-    try:
-        if media_type == PROTOBUF:
-            request.ParseFromString(body)
-        else:
-            data = json.loads(body)
-            if not isinstance(data, dict):
-                raise ValueError("the top-level JSON value is not an object")
-            _hex_ids_to_base64(data)
-            # OTLP/JSON receivers must ignore fields they do not know.
-            json_format.ParseDict(data, request, ignore_unknown_fields=True)
-    except InvalidInputError:  # a malformed id, already named precisely
-        raise
-    except (DecodeError, json_format.Error, ValueError, TypeError, RecursionError) as exc:
-        encoding = "protobuf" if media_type == PROTOBUF else "JSON"
-        raise InvalidInputError(
-            f"the body is not a valid OTLP {encoding} trace export request: {exc}", field="body"
-        ) from exc
-    return request
-
-
-def _hex_ids_to_base64(data: dict[str, Any]) -> None:
-    """Rewrite OTLP/JSON's hex trace and span ids as the base64 protobuf's JSON parser wants."""
-    for i, resource_spans in _children(data, "resourceSpans", "resource_spans"):
-        for j, scope_spans in _children(resource_spans, "scopeSpans", "scope_spans"):
-            for k, span in _children(scope_spans, "spans"):
-                path = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
-                _rewrite_ids(span, _SPAN_IDS, path)
-                for n, link in _children(span, "links"):
-                    _rewrite_ids(link, _LINK_IDS, f"{path}.links[{n}]")
-
-
-def _children(parent: dict[str, Any], *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for key in keys:
-        items = parent.get(key)
-        if isinstance(items, list):
-            yield from ((i, item) for i, item in enumerate(items) if isinstance(item, dict))
-
-
-def _rewrite_ids(message: dict[str, Any], names: tuple[tuple[str, str], ...], path: str) -> None:
-    for name, camel_name in names:
-        for key in (camel_name, name):
-            if (value := message.get(key)) is None:
-                continue
-            try:
-                message[key] = base64.b64encode(binascii.unhexlify(value)).decode("ascii")
-            except (TypeError, ValueError):  # not a string, odd length or not hex digits
-                raise InvalidInputError(
-                    f"{name} must be a hex string in OTLP/JSON, got {value!r}",
-                    field=f"{path}.{name}",
-                    value=value,
-                ) from None
 
 
 def _convert_span(otlp_span: OtlpSpan, resource: dict[str, JsonValue], path: str) -> Span:
@@ -326,7 +316,7 @@ def _any_value(value: AnyValue, field: str) -> JsonValue:
     )
 
 
-def decode_body(data: bytes, encoding: str, limit: int) -> bytes:
+def decode_body(data: bytes | bytearray, encoding: str, limit: int) -> bytes | bytearray:
     """The body of an export as sent with ``Content-Encoding: encoding``: as is, or inflated
     from gzip (as OTLP exporters send it with compression on), at most ``limit`` bytes.
 

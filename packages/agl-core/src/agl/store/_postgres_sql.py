@@ -38,6 +38,7 @@ from agl._metric_rows import MetricsRow
 from agl._resources import ResourcesUpdate
 from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
+from agl.store._postgres_schema import read_counts
 from agl.store._tx import RolloutFilter, SpanKey, like_contains, span_row, spans_of_rows
 
 __all__ = ["PostgresTransaction"]
@@ -397,17 +398,4 @@ class PostgresTransaction:
         ]
 
     def counts(self) -> dict[str, int]:
-        counts = {
-            f"rollouts.{status}": int(count)
-            for status, count in self.db.execute(
-                "SELECT status, COUNT(*) FROM agl_rollouts GROUP BY status"
-            )
-        }
-        row = self.db.execute(
-            "SELECT (SELECT COUNT(*) FROM agl_attempts), (SELECT COUNT(*) FROM agl_spans), "
-            "(SELECT COUNT(*) FROM agl_resources), (SELECT COUNT(*) FROM agl_workers)"
-        ).fetchone()
-        assert row is not None
-        tables = ("attempts", "spans", "resources", "workers")
-        counts.update(zip(tables, map(int, row), strict=True))
-        return counts
+        return read_counts(self.db)

@@ -1,13 +1,17 @@
 """The store server's OTLP/HTTP route: ``POST /v1/traces``, as OpenTelemetry exporters send.
 
-The body (protobuf or JSON, gzip or not) is parsed whole; its spans are converted and stored a
-chunk at a time, so a large export is never all in memory as agl spans at once. A body that
-does not parse is a 400 (OTLP says senders must not retry it); a span that cannot be read, or
-that the store refuses (an unknown rollout), is counted in OTLP's ``partial_success``, named by
-its path in the request, while the good spans sent with it are stored. A request none of whose
-spans could be stored is a 400 naming why. A store that cannot take spans now (its disk full,
-its database unreachable) is a 503 with ``Retry-After``, which OTLP exporters retry; spans of the
-request stored before it are not stored twice when it comes again.
+The body (protobuf or JSON, gzip or not) is read into one buffer (not a list of parts joined
+into a second copy), its framing checked whole, and its spans parsed, converted and stored a
+chunk at a time: a large export is never all in memory as parsed messages or agl spans at
+once, so the server's peak grows by about twice the body (``benchmarks/store_memory.py``).
+
+A body that does not parse is a 400 (OTLP says senders must not retry it); a span that cannot
+be read (its own bytes do not parse, it lacks the rollout's ids), or that the store refuses (an
+unknown rollout), is counted in OTLP's ``partial_success``, named by its path in the request,
+while the good spans sent with it are stored. A request none of whose spans could be stored is
+a 400 naming why. A store that cannot take spans now (its disk full, its database unreachable)
+is a 503 with ``Retry-After``, which OTLP exporters retry; spans of the request stored before
+it are not stored twice when it comes again.
 """
 
 from __future__ import annotations
@@ -19,12 +23,26 @@ from agl.store._base import Store
 from agl.store._server_errors import MalformedBody
 from agl.store._span_batches import add_spans_keeping_good, summary
 
-__all__ = ["CHUNK_SPANS", "add_otlp_route"]
+__all__ = ["CHUNK_BYTES", "CHUNK_SPANS", "add_otlp_route"]
 
-CHUNK_SPANS = 5000
+CHUNK_SPANS = 1000
 """Spans converted and stored at a time. A 28 MB export of 200,000 spans peaked 855 MB over
-the server's resting memory when taken whole, 159 MB in chunks of 5,000, for 30-40 % more time
-(40 transactions instead of one; ``benchmarks/store_memory.py``)."""
+the server's resting memory when converted whole, 159 MB in chunks of 5,000 (the request still
+parsed whole), 34 MB walked a span at a time in chunks of 1,000 (``benchmarks/store_memory.py``)."""
+
+
+CHUNK_BYTES = 2_000_000
+"""And at most this much of the body's spans at a time: a chunk of large spans is as large, as
+parsed messages, agl spans and stored rows, as a chunk of many small ones."""
+
+
+async def _read_body(request: Request) -> bytearray:
+    """The request's body in one growing buffer: Starlette's ``body()`` keeps the received
+    parts and joins them, two copies of a large export at once."""
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+    return body
 
 
 def add_otlp_route(app: FastAPI, store: Store, max_body_bytes: int) -> None:
@@ -50,8 +68,10 @@ def add_otlp_route(app: FastAPI, store: Store, max_body_bytes: int) -> None:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         encoding = request.headers.get("content-encoding", "identity")
         try:
-            body = otlp.decode_body(await request.body(), encoding, max_body_bytes)
-            chunks = otlp.read_traces(body, content_type, chunk=CHUNK_SPANS)
+            body = otlp.decode_body(await _read_body(request), encoding, max_body_bytes)
+            chunks = otlp.read_traces(
+                body, content_type, chunk=CHUNK_SPANS, chunk_bytes=CHUNK_BYTES
+            )
         except (InvalidInputError, NotFoundError) as exc:
             # OTLP/HTTP says bad data is a 400 (and that senders must not retry it).
             raise MalformedBody(exc.message, field=exc.field, value=exc.value) from None

@@ -7,8 +7,8 @@ are committed together (group commit), each inside its own savepoint so one fail
 rolls back alone (:mod:`agl.store._sqlite_writer`). Many concurrent writers therefore share
 fsyncs instead of waiting in line for one each.
 
-A file an older agl wrote opens as it is: tables, columns and indexes added since are created
-when it is opened (the columns filled in from the stored rows).
+A file an older agl wrote opens as it is: tables, columns, indexes and kept counts added since
+are created when it is opened (the columns and counts filled in from the stored rows).
 
 Several processes may open the same file: writes take SQLite's write lock
 (``BEGIN IMMEDIATE``), and long polls re-check the file every ``poll_interval`` seconds.
@@ -34,7 +34,7 @@ from agl._rollouts import Attempt, Rollout, Worker
 from agl._spans import Span
 from agl.store._base import StoreStatistics
 from agl.store._full import full_disk_error, sqlite_detail, sqlite_disk_full
-from agl.store._sqlite_schema import prepare
+from agl.store._sqlite_schema import prepare, read_counts
 from agl.store._sqlite_writer import Writer
 from agl.store._stateful import StatefulStore, statistics_from_counts
 from agl.store._tx import (
@@ -333,21 +333,13 @@ class _SQLiteTransaction:
         return [Worker.model_validate_json(row[0]) for row in rows]
 
     def counts(self) -> dict[str, int]:
-        counts = {
-            f"rollouts.{status}": int(count)
-            for status, count in self.db.execute(
-                "SELECT status, COUNT(*) FROM rollouts GROUP BY status"
-            )
-        }
-        for table in ("attempts", "spans", "resources", "workers"):
-            (counts[table],) = self.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
-        return counts
+        return read_counts(self.db)
 
 
 def _counts(path: Path) -> dict[str, int]:
     connection = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     try:
-        return _SQLiteTransaction(connection).counts()
+        return read_counts(connection)
     finally:
         connection.close()
 
@@ -456,8 +448,8 @@ class SQLiteStore(StatefulStore):
         return await asyncio.wrap_future(self._writer.submit(operation))
 
     async def statistics(self) -> StoreStatistics:
-        """Counted on a read-only connection of its own, off the writer thread: counting the
-        spans of a large store takes a while, and every other request would wait behind it."""
+        """The kept counts (:mod:`agl.store._sqlite_schema`), read on a read-only connection of
+        its own: never queued behind the writer's work."""
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
         try:
@@ -465,7 +457,7 @@ class SQLiteStore(StatefulStore):
         except sqlite3.Error as exc:
             if sqlite_disk_full(exc, self.path):
                 raise full_disk_error(self.url, str(self.path), sqlite_detail(exc)) from None
-            raise StoreError(f"SQLite store {self.url!r} could not count: {exc}") from None
+            raise StoreError(f"SQLite store {self.url!r} could not read counts: {exc}") from None
         return statistics_from_counts(counts)
 
     async def close(self) -> None:
