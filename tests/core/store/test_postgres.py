@@ -308,11 +308,15 @@ async def test_a_restarted_database_loses_nothing_and_the_store_carries_on() -> 
             with pytest.raises(agl.StoreUnavailableError, match="PostgreSQL"):
                 await store.enqueue_rollouts([RolloutRequest(input=5)])
             server.start()
-            for _ in range(50):  # the pool replaces its broken connections
+            # The pool replaces its broken connections: wait for the first answer (60 s: room
+            # for a loaded machine), the store's errors until then being "unavailable" only.
+            deadline = time.monotonic() + 60
+            while True:
                 try:
                     page = await store.query_rollouts()
                     break
                 except agl.StoreUnavailableError:
+                    assert time.monotonic() < deadline, "the store did not come back in 60 s"
                     await asyncio.sleep(0.1)
             assert [rollout.input for rollout in page.rollouts] == [0, 1, 2, 3, 4]
             assert len(await store.dequeue_rollouts(limit=10)) == 5
