@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,11 @@ import pytest
 
 import agl
 from agl.lightning import TransitionBatch
+from agl.testing.openai_server import OpenAIServer
+
+# litellm (under the ADK example's LiteLlm model) reads its model cost map from the network
+# when it is imported, unless told to read the copy it ships
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @dataclass
@@ -55,16 +61,27 @@ class Example:
 
     The example's modules import each other by their plain names, so its folder goes on
     ``sys.path`` and its uniquely named modules are imported as they are; ``run`` and
-    ``stand_in``, which every example has, are loaded under names of their own.
+    ``stand_in``, which every example has, are loaded under names of their own
+    (``<folder>_run``), and every module of the example that imports ``stand_in`` while it loads
+    gets this example's (:meth:`own_stand_in`), whichever example was loaded before.
+    Use :func:`load`, which loads each example once per process.
     """
 
-    def __init__(self, folder: Path, unique: Sequence[str]) -> None:
+    SHARED = ("stand_in", "run")
+
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.modules: dict[str, ModuleType] = {}
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-        self.modules = {name: importlib.import_module(name) for name in unique}
-        for name in ("stand_in", "run"):
-            self.modules[name] = self._load(name, f"{folder.name}_{name}")
+        self._load("stand_in")
+        with self.own_stand_in():
+            for path in sorted(folder.glob("*.py")):
+                if path.stem not in self.SHARED:
+                    self.modules[path.stem] = importlib.import_module(path.stem)
+                    where = Path(str(self.modules[path.stem].__file__)).parent
+                    assert where == folder, f"{path.stem} is not {folder.name}'s but {where}'s"
+        self._load("run")
 
     def __getattr__(self, name: str) -> ModuleType:
         try:
@@ -72,22 +89,22 @@ class Example:
         except KeyError:
             raise AttributeError(name) from None
 
-    def _load(self, name: str, alias: str) -> ModuleType:
+    def _load(self, name: str) -> None:
+        alias = f"{self.folder.name}_{name}"
         spec = importlib.util.spec_from_file_location(alias, self.folder / f"{name}.py")
         assert spec is not None
         assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[alias] = module  # dataclasses look their module up
-        with self.own_stand_in() if name == "run" else contextlib.nullcontext():
+        self.modules[name] = module
+        with self.own_stand_in():
             spec.loader.exec_module(module)
-        return module
 
     @contextlib.contextmanager
     def own_stand_in(self) -> Iterator[None]:
         """``import stand_in`` gives this example's while it lasts."""
         before = sys.modules.get("stand_in")
-        if "stand_in" in self.modules:
-            sys.modules["stand_in"] = self.modules["stand_in"]
+        sys.modules["stand_in"] = self.modules["stand_in"]
         try:
             yield
         finally:
@@ -97,14 +114,67 @@ class Example:
                 sys.modules["stand_in"] = before
 
 
-@pytest.fixture(scope="session")
-def load_example() -> Callable[[str, Sequence[str]], Example]:
-    """``load_example("crewai_products", ["products", "support_crew"])``: an :class:`Example`."""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-    def load(name: str, unique: Sequence[str]) -> Example:
-        return Example(Path(__file__).resolve().parents[2] / "examples" / name, unique)
 
-    return load
+@functools.cache
+def load(name: str) -> Example:
+    """The example in ``examples/<name>``, loaded once per process: ``load("crewai_products")``."""
+    return Example(EXAMPLES / name)
+
+
+def dev_run(
+    example: Example, tasks: Sequence[Mapping[str, Any]], plan: Mapping[str, str], run_dir: Path
+) -> tuple[agl.FitResult, OpenAIServer]:
+    """Run the example's agent once over ``tasks`` (:meth:`agl.Script.dev`) against its
+    stand-in following ``plan``; check that every rollout succeeded, in the tasks' order."""
+    with OpenAIServer(example.stand_in.script(tasks, plan)) as server:
+        llm = agl.LLM(endpoint=server.url, model="stand-in")
+        result = example.run.SCRIPT.dev(tasks, llm, run_dir=run_dir, console=False)
+    assert [r.rollout.input["id"] for r in result.results] == [t["id"] for t in tasks]
+    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    return result, server
+
+
+@pytest.fixture
+def crewai_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CrewAI example traces CrewAI with agl-crewai; CrewAI keeps its files in ``tmp_path``."""
+    pytest.importorskip(
+        "agl_crewai",
+        reason="the example needs the agl-crewai adapter (packages/agl-crewai), which names "
+        "each task's calls after its agent",
+    )
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
+
+
+@pytest.fixture
+def autogen_adapter() -> None:
+    """The AutoGen example traces AutoGen with agl-autogen; without it nothing runs."""
+    pytest.importorskip(
+        "agl_autogen",
+        reason="the example needs the agl-autogen adapter (packages/agl-autogen), which "
+        "names each agent turn's calls after the agent",
+    )
+
+
+@pytest.fixture
+def agents_adapter() -> None:
+    """The Agents SDK example traces it with agl-openai-agents; without it nothing runs."""
+    pytest.importorskip(
+        "agl_openai_agents",
+        reason="the example needs the agl-openai-agents adapter (packages/agl-openai-agents), "
+        "which names each agent turn's calls after the agent",
+    )
+
+
+@pytest.fixture
+def langchain_adapter() -> None:
+    """The LangGraph example traces LangGraph with agl-langchain; without it nothing runs."""
+    pytest.importorskip(
+        "agl_langchain",
+        reason="the example needs the agl-langchain adapter (packages/agl-langchain), which "
+        "names each LangGraph node's calls after the node",
+    )
 
 
 @pytest.fixture
@@ -118,9 +188,11 @@ def check_one_agent_trained() -> Callable[..., None]:
         frozen: str,
         prompt_marker: str,
         *,
+        tasks: Sequence[Mapping[str, Any]] = (),
         frozen_off_gateway: bool = False,
     ) -> None:
-        """``frozen_off_gateway``: the frozen agent calls a model of its own, not through agl's
+        """``tasks``: what it trained on (each transition's prompt asks one's ``question``).
+        ``frozen_off_gateway``: the frozen agent calls a model of its own, not through agl's
         gateway, so its calls have no token ids (and only its calls)."""
         from transformers import AutoTokenizer
 
@@ -137,13 +209,20 @@ def check_one_agent_trained() -> Callable[..., None]:
                 assert report.notes[note] == 0, (note, report.notes)
             assert report.notes["other_agents_calls"] >= 1  # the frozen agent's
             assert len(batch) >= 1
+            # a random-weight model may end a reply at once; every other call is a transition
+            assert len(batch) + report.dropped_calls["empty_response"] == report.calls_seen
             for transition in batch:
                 assert transition.agent == trained
                 assert transition.response_logprobs is not None
                 assert len(transition.response_logprobs) == len(transition.response_ids) > 0
-                assert prompt_marker in tokenizer.decode(transition.prompt_ids)
+                prompt = tokenizer.decode(transition.prompt_ids)
+                assert prompt_marker in prompt
+                assert not tasks or any(task["question"] in prompt for task in tasks)
         rows = [row for row in agl.read_metrics(run_dir) if "actor/updates" in row]
         assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+        assert [row[f"agents/{trained}/calls"] for row in rows] == [
+            b.report.calls_seen for b in algorithm.batches
+        ]
         assert all(row[f"agents/{frozen}/calls"] >= 1 for row in rows)
         assert [row[f"agents/{trained}/transitions"] for row in rows] == [
             len(b) for b in algorithm.batches
