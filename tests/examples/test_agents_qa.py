@@ -4,21 +4,16 @@ The dev run goes through the trainer against agl's scripted OpenAI-compatible se
 in for a model (``examples/agents_qa/stand_in.py``): for each question the researcher searches
 twice and hands off (or, for a few, stops and the rollout hands over), and the answerer gives
 the gold answer (or, for a few, the entity between the hops). The RL run (slow) trains only the
-answerer of a tiny model built in code for two steps.
+answerer of a tiny model built in code for two steps. Its command line and table per agent
+are tested in ``test_scripts.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import json
-import sys
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,60 +24,15 @@ from agl.lightning import agent_stats, extract_calls
 from agl.openai_wire import WIRES
 from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "agents_qa"
-
-
-def _load(name: str, alias: str) -> ModuleType:
-    """Load the example's ``name``.py as module ``alias`` (registered in ``sys.modules``)."""
-    spec = importlib.util.spec_from_file_location(alias, EXAMPLE / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextmanager
-def _our_stand_in() -> Iterator[None]:
-    """``import stand_in`` gives this example's while it lasts (other examples have one too)."""
-    before = sys.modules.get("stand_in")
-    sys.modules["stand_in"] = stand_in
-    try:
-        yield
-    finally:
-        if before is None:
-            del sys.modules["stand_in"]
-        else:
-            sys.modules["stand_in"] = before
-
+from .conftest import dev_run, load
 
 pytest.importorskip("agents", reason="the example needs openai-agents")
-
-# The example's modules import each other by their plain names; `qa_agent` is unique, while
-# `stand_in` and `run` are names other examples use too: load those under names of their own.
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))
-qa_agent = importlib.import_module("qa_agent")
-qa_world = importlib.import_module("qa_world")
-stand_in = _load("stand_in", "agents_qa_stand_in")
-with _our_stand_in():  # both import `stand_in`: this example's
-    qa_training = importlib.import_module("qa_training")
-    run = _load("run", "agents_qa_run")
+example = load("agents_qa")
+qa_agent, qa_training, qa_world = example.qa_agent, example.qa_training, example.qa_world
+stand_in = example.stand_in
 
 RIGHT_AGENTS = ["researcher", "researcher", "researcher", "answerer"]
 """Every stand-in rollout: search, search, hand off (or stop), answer."""
-
-
-@pytest.fixture
-def agents_adapter() -> None:
-    """The example traces the Agents SDK with agl-openai-agents; without it nothing runs."""
-    pytest.importorskip(
-        "agl_openai_agents",
-        reason="the example needs the agl-openai-agents adapter (packages/agl-openai-agents), "
-        "which names each agent turn's calls after the agent",
-    )
 
 
 def _docs() -> dict[str, dict[str, str]]:
@@ -237,13 +187,8 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
     docs = _docs()
     plan = stand_in.default_plan(questions)
     assert Counter(plan.values()) == {"right": 12, "wrong": 4, "finish": 4}
-    with OpenAIServer(stand_in.script(questions, plan)) as server:
-        llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path, console=False)
-        requests = _chat_requests(server)
-
-    assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
-    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    result, server = dev_run(example, questions, plan, tmp_path)
+    requests = _chat_requests(server)
     assert [r.reward for r in result.results] == [
         0.0 if plan[q["id"]] == "wrong" else 1.0 for q in questions
     ]
@@ -281,22 +226,6 @@ def test_dev_run_rewards_calls_and_tools(agents_adapter: None, tmp_path: Path) -
     assert sum(s.calls for s in stats.values()) == len(requests) == 80
     assert stats["researcher"].rollouts == stats["answerer"].rollouts == 20
     assert stats["answerer"].mean_reward == pytest.approx(16 / 20)
-
-
-def test_the_script_prints_the_table_per_agent(
-    agents_adapter: None,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
-    with _our_stand_in():
-        run.SCRIPT.main(["--run-dir", str(tmp_path), "--quiet"])
-    out = capsys.readouterr().out
-    rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
-    # the validation questions: one answered wrong (the 5th), one without a handoff (the 3rd)
-    assert rows == {"answerer": ["6", "6", "0.833"], "researcher": ["18", "6", "0.833"]}
-    assert "mean reward 0.833 over 6 tasks" in out
 
 
 # --- the generated world of --train ------------------------------------------------------------
@@ -392,7 +321,7 @@ def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, record
     from agl_torch.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny-model", corpus=[qa_agent.ANSWERER_PROMPT])
-    with _our_stand_in():
+    with example.own_stand_in():
         result = qa_training.reinforce(
             model, tmp_path, method="grpo", steps=2, tasks_per_step=2, n_samples=2,
             val_tasks=2, console=False, algorithm=recorded_rl.algorithm,

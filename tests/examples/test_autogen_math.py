@@ -2,19 +2,14 @@
 
 The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
 in for a model (``examples/autogen_math/stand_in.py``): for each problem it calls the calculator
-with the right expression (or, for a few, a wrong one) and then quotes the tool's result.
+with the right expression (or, for a few, a wrong one) and then quotes the tool's result. Its
+command line and table per agent are tested in ``test_scripts.py``.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,59 +17,13 @@ import pytest
 import agl
 from agl import read_metrics, semconv
 from agl.lightning import agent_stats, extract_calls
-from agl.testing.openai_server import OpenAIServer
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "autogen_math"
-
-
-def _load(name: str, alias: str) -> ModuleType:
-    """Load the example's ``name``.py as module ``alias`` (registered in ``sys.modules``)."""
-    spec = importlib.util.spec_from_file_location(alias, EXAMPLE / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextmanager
-def _our_stand_in() -> Iterator[None]:
-    """``import stand_in`` gives this example's while it lasts (the LangGraph one has one too)."""
-    before = sys.modules.get("stand_in")
-    sys.modules["stand_in"] = stand_in
-    try:
-        yield
-    finally:
-        if before is None:
-            del sys.modules["stand_in"]
-        else:
-            sys.modules["stand_in"] = before
-
+from .conftest import dev_run, load
 
 pytest.importorskip("autogen_agentchat", reason="the example needs autogen-agentchat")
 pytest.importorskip("autogen_ext.models.openai", reason="the example needs autogen-ext[openai]")
-
-# The example's modules import each other by their plain names; `math_agent` is unique, while
-# `stand_in` and `run` are names other examples use too: load those under names of their own.
-if str(EXAMPLE) not in sys.path:
-    sys.path.insert(0, str(EXAMPLE))
-math_agent = importlib.import_module("math_agent")
-stand_in = _load("stand_in", "autogen_math_stand_in")
-with _our_stand_in():  # run.py imports `stand_in`: this example's
-    run = _load("run", "autogen_math_run")
-math_training = importlib.import_module("math_training")
-
-
-@pytest.fixture
-def autogen_adapter() -> None:
-    """The example traces AutoGen with agl-autogen; without it there is nothing to run."""
-    pytest.importorskip(
-        "agl_autogen",
-        reason="the example needs the agl-autogen adapter (packages/agl-autogen), which "
-        "names each agent turn's calls after the agent",
-    )
+example = load("autogen_math")
+math_agent, math_training, stand_in = example.math_agent, example.math_training, example.stand_in
 
 
 @pytest.fixture
@@ -142,13 +91,8 @@ def test_dev_run_rewards_calls_and_tools(autogen_adapter: None, tmp_path: Path) 
     problems = math_agent.problems()
     plan = stand_in.default_plan(problems)
     assert list(plan.values()).count("wrong") == 4
-    with OpenAIServer(stand_in.script(problems, plan)) as server:
-        llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.SCRIPT.dev(problems, llm, run_dir=tmp_path, console=False)
-        requests = server.request_count
-
-    assert [r.rollout.input["id"] for r in result.results] == [p["id"] for p in problems]
-    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    result, server = dev_run(example, problems, plan, tmp_path)
+    requests = server.request_count
     assert [r.reward for r in result.results] == [
         0.0 if plan[p["id"]] == "wrong" else 1.0 for p in problems
     ]
@@ -174,21 +118,6 @@ def test_dev_run_rewards_calls_and_tools(autogen_adapter: None, tmp_path: Path) 
     assert stats["solver"].mean_reward == pytest.approx(16 / 20)
 
 
-def test_the_script_prints_the_table_per_agent(
-    autogen_adapter: None,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
-    with _our_stand_in():
-        run.SCRIPT.main(["--run-dir", str(tmp_path), "--quiet"])
-    out = capsys.readouterr().out
-    rows = {line.split()[1]: line.split()[3:9:2] for line in out.splitlines() if "│" in line}
-    assert rows == {"solver": ["40", "20", "0.800"]}
-    assert "mean reward 0.800 over 20 tasks" in out
-
-
 # --- RL on the solver ---------------------------------------------------------------------------
 
 
@@ -198,7 +127,7 @@ def test_training_the_solver(autogen_adapter: None, tmp_path: Path, recorded_rl:
     """The machinery, briefly: a one-epoch warm-up, two RL steps, every call's tokens."""
     from transformers import AutoTokenizer
 
-    with _our_stand_in():
+    with example.own_stand_in():
         warm = math_training.warm_up(tmp_path, demo_tasks=20, epochs=1, progress=False)
     result = math_training.reinforce(
         warm,
@@ -262,7 +191,7 @@ def test_the_solver_learns(autogen_adapter: None, tmp_path: Path) -> None:
     80 problems whose difference moves by about +-0.08 on its own, must rise by 0.05: the former
     +0.1 there failed a run that plainly learned (CI: 0.4875 -> 0.575, while its first six steps'
     training reward went 0.41 -> 0.63), as roughly one run in ten would by chance."""
-    with _our_stand_in():
+    with example.own_stand_in():
         warm = math_training.warm_up(tmp_path, progress=False)
         result = math_training.reinforce(warm, tmp_path, val_tasks=80, console=False)
     vals = [row["val/reward/mean"] for row in result.history if "val/reward/mean" in row]

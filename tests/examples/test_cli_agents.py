@@ -15,13 +15,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agl import semconv
 from agl._command_harness import HARNESSES
 from agl.testing.gateway_rollouts import spans_of_type
+
+from .conftest import load
 
 PACKAGES = [harness.install.split()[-1] for harness in HARNESSES.values()]
 """``@anthropic-ai/claude-code@2.1.328``, ``@openai/codex@0.169.0``: the versions agl names in
@@ -55,19 +56,17 @@ def _version(program: Path) -> str:
     return done.stdout.strip().removeprefix("codex-cli ")
 
 
-def test_setup_installs_the_versions_agl_names(load_example: Any) -> None:
-    setup = (load_example("cli_agents", []).folder / "setup.sh").read_text(encoding="utf-8")
+def test_setup_installs_the_versions_agl_names() -> None:
+    setup = (load("cli_agents").folder / "setup.sh").read_text(encoding="utf-8")
     assert all(package in setup for package in PACKAGES)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_claude_code_and_codex_are_recorded_token_exact_and_trained_on(
-    load_example: Any, tmp_path: Path
-) -> None:
+def test_claude_code_and_codex_are_recorded_token_exact_and_trained_on(tmp_path: Path) -> None:
     pytest.importorskip("agl_torch", reason="the RL step needs agl-torch")
     bin_dir = installed_programs()
-    run = load_example("cli_agents", []).run
+    run = load("cli_agents").run
     algorithm = run.main(["--bin", str(bin_dir), "--run-dir", str(tmp_path / "run"), "--quiet"])
 
     results = algorithm.results

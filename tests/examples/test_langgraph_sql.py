@@ -3,18 +3,15 @@
 The dev run goes through the trainer against agl's scripted OpenAI-compatible server standing
 in for a model (``examples/langgraph_sql/stand_in.py``); its rewards are checked by executing
 SQL on the real database. The RL run (slow) trains the writer and the rewriter of a tiny model
-built in code for two steps, the checker on a fixed model of its own.
+built in code for two steps, the checker on a fixed model of its own. Its command line and
+table per agent are tested in ``test_scripts.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,42 +21,11 @@ from agl import read_metrics
 from agl.lightning import agent_stats, extract_calls
 from agl.testing.openai_server import OpenAIServer
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "langgraph_sql"
+from .conftest import dev_run, load
 
-
-def _example_module(name: str) -> ModuleType:
-    """Import one of the example's modules (they import each other by their plain names)."""
-    if str(EXAMPLE) not in sys.path:
-        sys.path.insert(0, str(EXAMPLE))
-    if name != "run":
-        return importlib.import_module(name)
-    # `run` is too common a name to put in sys.modules: load the script under its own name.
-    spec = importlib.util.spec_from_file_location("langgraph_sql_run", EXAMPLE / "run.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-company_db = _example_module("company_db")
-sql_agent = _example_module("sql_agent")
-stand_in = _example_module("stand_in")
-sql_questions = _example_module("sql_questions")
-sql_training = _example_module("sql_training")
-run = _example_module("run")
-
-
-@pytest.fixture
-def langchain_adapter() -> None:
-    """The example traces LangGraph with agl-langchain; without it there is nothing to run."""
-    pytest.importorskip(
-        "agl_langchain",
-        reason="the example needs the agl-langchain adapter (packages/agl-langchain), which "
-        "names each LangGraph node's calls after the node",
-    )
+example = load("langgraph_sql")
+company_db, sql_agent, stand_in = example.company_db, example.sql_agent, example.stand_in
+sql_questions, sql_training = example.sql_questions, example.sql_training
 
 
 # --- the data and the reward -------------------------------------------------------------------
@@ -141,13 +107,8 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
     questions = company_db.questions()
     outcomes = ("right", "caught", "missed")
     plan = {q["id"]: outcomes[i % 3] for i, q in enumerate(questions)}
-    with OpenAIServer(stand_in.script(questions, plan)) as server:
-        llm = agl.LLM(endpoint=server.url, model="stand-in")
-        result = run.SCRIPT.dev(questions, llm, run_dir=tmp_path, console=False)
-        requests = server.request_count
-
-    assert [r.rollout.input["id"] for r in result.results] == [q["id"] for q in questions]
-    assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    result, server = dev_run(example, questions, plan, tmp_path)
+    requests = server.request_count
     expected_agents = {
         "right": ["writer", "checker"],
         "missed": ["writer", "checker"],
@@ -171,25 +132,6 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
     assert stats["rewriter"].rollouts == 10
     assert stats["rewriter"].mean_reward == 1.0  # caught and fixed
     assert stats["writer"].mean_reward == pytest.approx(20 / 30)
-
-
-def test_the_script_prints_the_table_per_agent(
-    langchain_adapter: None,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
-    run.SCRIPT.main(["--run-dir", str(tmp_path), "--quiet"])
-    out = capsys.readouterr().out
-    rows = {line.split()[1]: line.split()[3:7:2] for line in out.splitlines() if "│" in line}
-    # the validation questions: 2 of 8 caught and rewritten, 2 missed by the checker
-    assert rows == {
-        "checker": ["10", "8"],
-        "rewriter": ["2", "2"],
-        "writer": ["8", "8"],
-    }
-    assert "mean reward 0.750 over 8 tasks" in out
 
 
 # --- generated questions, the fixed checker, the teacher --------------------------------------
