@@ -8,8 +8,10 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl.lightning import TransitionBatch
+from agl.lightning import TransitionBatch, agent_stats, extract_calls
 from agl.testing.openai_server import OpenAIServer
 
 # litellm (under the ADK example's LiteLlm model) reads its model cost map from the network
@@ -114,6 +116,21 @@ class Example:
                 sys.modules["stand_in"] = before
 
 
+# Under the suite's -W error: LlamaIndex's workflows list a workflow's members with
+# inspect.getmembers, which reads deprecated attributes of the pydantic models its agents are;
+# openinference reads an LLM's metadata with pydantic's deprecated .json(), inside its span
+# handler (whose errors LlamaIndex swallows, losing the span). Theirs to fix; nothing recorded
+# changes.
+LLAMA_INDEX_WARNINGS = [
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20:inspect"),
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211:inspect"),
+    pytest.mark.filterwarnings(
+        "ignore:The `json` method is deprecated:pydantic.warnings.PydanticDeprecatedSince20"
+        ":openinference"
+    ),
+]
+"""The warnings the LlamaIndex example's tests ignore."""
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -124,15 +141,39 @@ def load(name: str) -> Example:
 
 
 def dev_run(
-    example: Example, tasks: Sequence[Mapping[str, Any]], plan: Mapping[str, str], run_dir: Path
+    example: Example,
+    tasks: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, str],
+    run_dir: Path,
+    *,
+    agents: Sequence[str] = (),
+    zero_for: str = "wrong",
 ) -> tuple[agl.FitResult, OpenAIServer]:
     """Run the example's agent once over ``tasks`` (:meth:`agl.Script.dev`) against its
-    stand-in following ``plan``; check that every rollout succeeded, in the tasks' order."""
+    stand-in following ``plan`` and check the run: every rollout succeeded, in the tasks' order,
+    rewarded 0 where the plan says ``zero_for`` and 1 elsewhere. ``agents``: each rollout's LLM
+    calls by agent, in order (each with its response id); the calls per agent then add up to
+    the requests the stand-in served."""
     with OpenAIServer(example.stand_in.script(tasks, plan)) as server:
         llm = agl.LLM(endpoint=server.url, model="stand-in")
         result = example.run.SCRIPT.dev(tasks, llm, run_dir=run_dir, console=False)
     assert [r.rollout.input["id"] for r in result.results] == [t["id"] for t in tasks]
     assert all(r.succeeded for r in result.results), [r.error for r in result.results]
+    rewards = [0.0 if plan[t["id"]] == zero_for else 1.0 for t in tasks]
+    assert [r.reward for r in result.results] == rewards
+    if agents:
+        for task, outcome in zip(tasks, result.results, strict=True):
+            calls = extract_calls(outcome.spans).calls
+            assert [call.agent for call in calls] == list(agents), task["id"]
+            assert all(call.response_id for call in calls), task["id"]
+        stats = agent_stats(result.results)
+        expected = {agent: n * len(tasks) for agent, n in Counter(agents).items()}
+        assert {agent: s.calls for agent, s in stats.items()} == expected
+        # A client that timed out on a loaded machine sends the same request again: the calls
+        # made are the distinct requests (a CI run of the ADK example at load 6-17 saw 32
+        # requests for 24 calls, each question's three calls all there and attributed).
+        requests = {json.dumps(r.body, sort_keys=True) for r in server.requests}
+        assert sum(expected.values()) == len(requests)
     return result, server
 
 

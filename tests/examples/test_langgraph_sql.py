@@ -107,7 +107,7 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
     questions = company_db.questions()
     outcomes = ("right", "caught", "missed")
     plan = {q["id"]: outcomes[i % 3] for i, q in enumerate(questions)}
-    result, server = dev_run(example, questions, plan, tmp_path)
+    result, server = dev_run(example, questions, plan, tmp_path, zero_for="missed")
     requests = server.request_count
     expected_agents = {
         "right": ["writer", "checker"],
@@ -120,7 +120,6 @@ def test_dev_run_rewards_and_calls_per_agent(langchain_adapter: None, tmp_path: 
         assert outcome.reward == company_db.reward(final_sql, question["sql"]), question
         agents = [call.agent for call in extract_calls(outcome.spans).calls]
         assert agents == expected_agents[plan_says], (question["id"], agents)
-    assert [r.reward for r in result.results] == [0.0 if i % 3 == 2 else 1.0 for i in range(30)]
 
     stats = agent_stats(result.results)
     assert {agent: s.calls for agent, s in stats.items()} == {

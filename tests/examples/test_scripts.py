@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Example, load, train_example
+from .conftest import LLAMA_INDEX_WARNINGS, Example, load, train_example
 
 STANDARD_FLAGS = ("--run-dir", "--split", "--endpoint", "--model", "--train", "--steps", "--seed")
 STANDARD_FLAGS += ("--n-runners", "--quiet")
@@ -141,20 +141,6 @@ CASES = [
         rows={"support": ["8", "4", "0.750"], "triage": ["4", "4", "0.750"]},
         mean="mean reward 0.750 over 4 tasks",
         trains=Trains("support_rl", "support", "triage", "You are support."),
-    ),
-]
-
-# Under the suite's -W error: LlamaIndex's workflows list a workflow's members with
-# inspect.getmembers, which reads deprecated attributes of the pydantic models its agents are;
-# openinference reads an LLM's metadata with pydantic's deprecated .json(), inside its span
-# handler (whose errors LlamaIndex swallows, losing the span). Theirs to fix; nothing recorded
-# changes.
-LLAMA_INDEX_WARNINGS = [
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20:inspect"),
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211:inspect"),
-    pytest.mark.filterwarnings(
-        "ignore:The `json` method is deprecated:pydantic.warnings.PydanticDeprecatedSince20"
-        ":openinference"
     ),
 ]
 
