@@ -183,6 +183,7 @@ def test_help_lists_the_standard_flags_and_the_examples_own(
     assert exit.value.code == 0
     flags = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
     assert flags == {"--help", *STANDARD_FLAGS, *case.flags}
+    # the table trains every example whose training is the standard one, and only those
     assert (example.run.SCRIPT.algorithm is not None) == (case.trains is not None)
 
 
