@@ -15,7 +15,7 @@ import agl
 
 SOURCE = Path(agl.__file__).parent
 
-EDGES = {"agl._trainer", "agl._runner_pool", "agl._runner", "agl.plugins"}
+EDGES = {"agl._train._trainer", "agl._train._runner_pool", "agl._run._runner", "agl.plugins"}
 """Modules that own or build a plugin manager (with the packages below)."""
 EDGE_PACKAGES = ("agl.cli", "agl.testing")
 
@@ -100,9 +100,13 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_is_read_right() -> None:
     edges = graph()
-    assert "agl.plugins" in edges["agl._runner"]
-    assert "agl._step_loop" in edges["agl._algorithm"]  # a function-local import counts too
-    assert "agl._algorithm" not in edges["agl._step_loop"]  # under TYPE_CHECKING: it does not
+    assert "agl.plugins" in edges["agl._run._runner"]
+    assert (
+        "agl._train._step_loop" in edges["agl._train._algorithm"]
+    )  # a function-local import counts too
+    assert (
+        "agl._train._algorithm" not in edges["agl._train._step_loop"]
+    )  # under TYPE_CHECKING: it does not
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agl import semconv
-from agl._command_harness import HARNESSES
+from agl._run._command_harness import HARNESSES
 from agl.testing.gateway_rollouts import spans_of_type
 
 PACKAGES = [harness.install.split()[-1] for harness in HARNESSES.values()]

@@ -121,7 +121,7 @@ def check_provided(hook: str, value: object) -> dict[str, Any]:
 
 def _problem(hook: str, name: str, item: object) -> str | None:
     if hook == "agl_algorithms":
-        from agl._algorithm import Algorithm
+        from agl._train._algorithm import Algorithm
 
         if not (isinstance(item, type) and issubclass(item, Algorithm)):
             return f"{show(item)}, not a subclass of agl.Algorithm"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from agl.lightning._transitions import Transition
 
 if TYPE_CHECKING:
-    from agl._algorithm import StepBatch
+    from agl._train._algorithm import StepBatch
 
 __all__ = ["best_transitions"]
 

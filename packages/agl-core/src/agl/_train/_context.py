@@ -20,9 +20,9 @@ from pydantic import JsonValue
 from agl._errors import AglError, InvalidInputError
 from agl._resources import LLM, Resource, ResourcesUpdate
 from agl._results import RolloutResult
-from agl._rollout_stream import RolloutStream
 from agl._rollouts import RolloutConfig, RolloutMode
 from agl._settings import LoopSettings
+from agl._train._rollout_stream import RolloutStream
 from agl.store._base import Store
 
 __all__ = [
@@ -58,8 +58,8 @@ class _NoHooks:
 
 
 class MetricsSink(Protocol):
-    """Where a run's metrics go (the trainer's: a :class:`agl._metrics.MetricsLogger`, whose
-    steps :class:`agl._store_metrics.StoreMetrics` also sends to the run's store)."""
+    """Where a run's metrics go (the trainer's: a :class:`agl._train._metrics.MetricsLogger`, whose
+    steps :class:`agl._train._store_metrics.StoreMetrics` also sends to the run's store)."""
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record one step's figures."""

@@ -21,7 +21,7 @@ from agl._results import RolloutResult, fetch_results
 from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest, RolloutStatus
 
 if TYPE_CHECKING:
-    from agl._context import AlgorithmContext
+    from agl._train._context import AlgorithmContext
 
 __all__ = ["RolloutStream"]
 

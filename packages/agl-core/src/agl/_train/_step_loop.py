@@ -18,15 +18,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from agl._errors import InvalidInputError
-from agl._rollout_stream import RolloutStream
 from agl._settings import LoopSettings
+from agl._train._rollout_stream import RolloutStream
 from agl.lightning._agents import NO_AGENT
 
 if TYPE_CHECKING:
-    from agl._algorithm import StepAlgorithm
-    from agl._context import AlgorithmContext
     from agl._resources import Resource
     from agl._results import RolloutResult
+    from agl._train._algorithm import StepAlgorithm
+    from agl._train._context import AlgorithmContext
     from agl.lightning import LLMCall, TransitionBatch
 
 __all__ = ["Member", "StepBatch", "StepLoop", "reward_metrics"]

@@ -18,7 +18,8 @@ What :meth:`Trainer.fit` starts, and stops again, whatever happens:
 Progress shows as a bar per batch of rollouts (done, failed, retried, reward so far); metrics
 go to the console, ``metrics.jsonl`` / ``metrics.csv`` in the run directory, TensorBoard when
 installed, and the store (one :class:`~agl.MetricsRow` per step, the run named after its run
-directory, sent in the background: :mod:`agl._store_metrics`); a summary and a reward-curve PNG
+directory, sent in the background: :mod:`agl._train._store_metrics`); a summary and a
+reward-curve PNG
 (when matplotlib is installed) end the run.
 """
 
@@ -38,15 +39,15 @@ from typing import Any
 from pydantic import JsonValue
 from rich.console import Console
 
-from agl._agent import LitAgent, as_agent
-from agl._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
-from agl._datasets import DatasetSource, load_tasks
 from agl._errors import AglError, InvalidInputError
 from agl._resources import Resource
 from agl._results import RolloutResult
 from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS, AttemptStatus, RolloutConfig, RolloutMode
-from agl._run_console import ProgressBars, dev_table, print_summary
-from agl._runner_pool import RunnerPool
+from agl._run._agent import LitAgent, as_agent
+from agl._train._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
+from agl._train._datasets import DatasetSource, load_tasks
+from agl._train._run_console import ProgressBars, dev_table, print_summary
+from agl._train._runner_pool import RunnerPool
 from agl.gateway._pool import GatewayPool
 from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
@@ -230,8 +231,8 @@ class Trainer:
         train: list[JsonValue],
         val: list[JsonValue],
     ) -> FitResult:
-        from agl._metrics import MetricsLogger
-        from agl._store_metrics import StoreMetrics
+        from agl._train._metrics import MetricsLogger
+        from agl._train._store_metrics import StoreMetrics
         from agl.store._checks import redact
 
         started = time.monotonic()
@@ -298,7 +299,7 @@ class Trainer:
     def _finish(self, result: FitResult) -> None:
         if self.plot and any("reward/mean" in row for row in result.history):
             try:
-                from agl._metrics import plot_metrics
+                from agl._train._metrics import plot_metrics
 
                 keys = ["reward/mean"]
                 if any("val/reward/mean" in row for row in result.history):
@@ -325,7 +326,7 @@ class _Dev(Algorithm):
         self.results: list[RolloutResult] = []
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        from agl._algorithm import reward_metrics
+        from agl._train._algorithm import reward_metrics
 
         self.results = await ctx.run_rollouts(
             ctx.train_tasks, mode=self.mode, n=self.n, description="dev"
@@ -346,7 +347,7 @@ def resolve_algorithm(
     mapping); a mapping becomes a :class:`~agl.PerAgent`; a credit strategy named in an
     algorithm's ``transitions`` becomes the plugin's strategy.
     """
-    from agl._per_agent import PerAgent
+    from agl._train._per_agent import PerAgent
 
     if algorithm is None:
         resolved: Algorithm = Baseline()
