@@ -51,7 +51,7 @@ from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCo
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
-    from agl._results import RolloutResult
+    from agl._results import FitResult, RolloutResult
     from agl._run._command_agent import CommandAgent, CommandResult
     from agl._run._runner import Runner
     from agl._server_thread import ServerThread
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from agl._train._metrics import plot_metrics, read_metrics
     from agl._train._per_agent import PerAgent
     from agl._train._script import Script, ScriptRun
-    from agl._train._trainer import FitResult, Trainer
+    from agl._train._trainer import Trainer
     from agl.hookspecs import hookimpl
     from agl.lightning import Transition, TransitionBatch, TransitionBuilder
     from agl.tracing import Tracer
@@ -97,7 +97,7 @@ _LAZY = {
     "plot_metrics": "agl._train._metrics",
     "read_metrics": "agl._train._metrics",
     "reward_metrics": "agl._train._algorithm",
-    "FitResult": "agl._train._trainer",
+    "FitResult": "agl._results",
     "TransitionBuilder": "agl.lightning",
     "LoopSettings": "agl._settings",
     "PerAgent": "agl._train._per_agent",

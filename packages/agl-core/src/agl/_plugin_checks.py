@@ -20,9 +20,6 @@ import pluggy
 
 from agl.hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, PROVIDER_HOOKS
 
-ENTRY_POINT_GROUP: Final = "agl.plugins"
-"""The entry point group agl plugins register under (:data:`agl.plugins.ENTRY_POINT_GROUP`)."""
-
 
 class Skip(Exception):
     """The plugin cannot be used; the message says why."""

@@ -33,7 +33,6 @@ import pluggy
 from agl import hookspecs
 from agl._errors import AglError, InvalidInputError
 from agl._plugin_checks import (
-    ENTRY_POINT_GROUP,
     KINDS,
     Invalid,
     Skip,
@@ -44,6 +43,7 @@ from agl._plugin_checks import (
     registration_problem,
     show,
 )
+from agl._requirements import ENTRY_POINT_GROUP
 from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS, hookimpl
 
 if TYPE_CHECKING:

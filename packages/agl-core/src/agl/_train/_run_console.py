@@ -14,7 +14,7 @@ from rich.table import Table
 from agl._results import RolloutResult
 
 if TYPE_CHECKING:
-    from agl._train._trainer import FitResult
+    from agl._results import FitResult
 
 __all__ = ["ProgressBars", "dev_table", "print_summary"]
 

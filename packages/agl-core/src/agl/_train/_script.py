@@ -40,7 +40,8 @@ from typing import Any
 
 from agl._errors import InvalidInputError
 from agl._resources import LLM, Resource
-from agl._train._trainer import FitResult, Trainer
+from agl._results import FitResult
+from agl._train._trainer import Trainer
 
 __all__ = ["Script", "ScriptRun"]
 

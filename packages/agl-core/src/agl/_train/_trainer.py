@@ -31,7 +31,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from rich.console import Console
 
 from agl._errors import AglError, InvalidInputError
 from agl._resources import Resource
-from agl._results import RolloutResult
+from agl._results import FitResult, RolloutResult
 from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS, AttemptStatus, RolloutConfig, RolloutMode
 from agl._run._agent import LitAgent, as_agent
 from agl._train._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
@@ -53,7 +52,7 @@ from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
 from agl.store._base import Store
 
-__all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
+__all__ = ["DEFAULT_ROLLOUT_CONFIG", "Trainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,28 +66,6 @@ machine) has its rollout retried, up to 3 tries; an agent that fails or times ou
 (it would most likely fail again, and the failure is itself a result). One default for the store
 and the trainer, the one the README gives: a slow agent is never taken for a dead runner sooner
 in training than anywhere else."""
-
-
-@dataclass
-class FitResult:
-    """What a run did."""
-
-    run_dir: Path
-    store_url: str
-    history: list[dict[str, float]]
-    """Every metrics row logged, ``step`` included."""
-    totals: dict[str, int]
-    """Rollouts run in all, and how many succeeded, failed, were cancelled or retried."""
-    duration_s: float
-    results: list[RolloutResult] = field(default_factory=list, repr=False)
-    """For :meth:`Trainer.dev`: every rollout's result, in dataset order."""
-
-    def last(self, key: str) -> float | None:
-        """The last logged value of a metric, or None."""
-        for row in reversed(self.history):
-            if key in row:
-                return row[key]
-        return None
 
 
 class Trainer:
