@@ -361,7 +361,7 @@ MAX_SEARCH_LENGTH = MAX_ID_LENGTH
 
 
 def rollout_filter(
-    statuses: Sequence[RolloutStatus] | None,
+    status: RolloutStatus | Sequence[RolloutStatus] | None,
     mode: RolloutMode | None,
     *,
     search: str | None = None,
@@ -372,10 +372,13 @@ def rollout_filter(
 ) -> RolloutFilter:
     """Check the filters of a rollout query (see :meth:`Store.query_rollouts`) and bundle them.
 
-    Raises InvalidInputError naming the field: a ``search`` or ``worker_id`` that is no id
-    (:mod:`agl._ids`: empty, over 256 characters, control characters), a ``since``/``until``
-    that is not a finite number.
+    Raises InvalidInputError naming the field: a ``status`` that is none (``status[i]``), a
+    ``search`` or ``worker_id`` that is no id (:mod:`agl._ids`: empty, over 256 characters,
+    control characters), a ``since``/``until`` that is not a finite number.
     """
+    statuses = [status] if isinstance(status, str) else status
+    if statuses is not None:
+        statuses = [_as_status(value, index) for index, value in enumerate(statuses)]
     if search is not None:
         check_id(search, "search")  # NUL, say, matches no id (and PostgreSQL refuses it)
     if worker_id is not None:
@@ -400,6 +403,18 @@ def rollout_filter(
         until=None if until is None else float(until),
         newest_first=bool(newest_first),
     )
+
+
+def _as_status(value: str, index: int) -> RolloutStatus:
+    try:
+        return RolloutStatus(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"status[{index}] = {value!r} is not a rollout status; expected one of "
+            f"{[status.value for status in RolloutStatus]}",
+            field=f"status[{index}]",
+            value=value,
+        ) from None
 
 
 def query_rollouts(tx: Transaction, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
