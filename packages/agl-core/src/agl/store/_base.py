@@ -37,7 +37,7 @@ from agl._rollouts import (
     Worker,
 )
 from agl._spans import Span
-from agl.store._engine import rollout_filter
+from agl.store._engine_queries import rollout_filter
 from agl.store._tx import RolloutFilter
 
 __all__ = ["ClosingStore", "Store", "StoreStatistics"]
