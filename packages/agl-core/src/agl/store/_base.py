@@ -261,7 +261,9 @@ class Store(Protocol):
 
 
 class ClosingStore(abc.ABC):
-    """Async-context-manager support for store implementations: leaving the block closes."""
+    """What store implementations share: leaving an ``async with`` block closes the store, and
+    :meth:`query_rollouts` checks its arguments once for every backend, which then answers
+    :meth:`_query_rollouts` with the checked filter."""
 
     @abc.abstractmethod
     async def close(self) -> None:
