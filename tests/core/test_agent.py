@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl._agent import AgentError, AttemptInputs, FunctionAgent, load_agent, normalize_result
+from agl._run._agent import AgentError, AttemptInputs, FunctionAgent, load_agent, normalize_result
 
 
 def _inputs(task: Any = "t", mode: str = "train", **resources: agl.Resource) -> AttemptInputs:

@@ -134,5 +134,5 @@ async def test_an_agl_runner_process_keeps_blocking_agents_alive_and_says_who_bl
     assert 2 <= len(lines) <= 4, runner.log()  # one a stretch: two agents at a time, or one
     for rollout in rollouts:
         assert sum(rollout.rollout_id in line for line in lines) == 1, runner.log()
-    assert all("WARNING agl._runner: agent 'agent' (rollouts: ro-" in line for line in lines)
+    assert all("WARNING agl._run._runner: agent 'agent' (rollouts: ro-" in line for line in lines)
     assert all("blocking_agent.py:9 in agent" in line for line in lines), lines

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import agl
-from agl._context import AlgorithmContext, RunState
+from agl._train._context import AlgorithmContext, RunState
 from agl.store._memory import MemoryStore
 
 
@@ -70,7 +70,7 @@ def test_a_context_runs_rollouts_without_a_trainer(tmp_path: Path) -> None:
 
 
 def test_steps_logged_from_any_thread_reach_the_store_in_order() -> None:
-    from agl._store_metrics import StoreMetrics
+    from agl._train._store_metrics import StoreMetrics
 
     async def run() -> None:
         async with MemoryStore() as store:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from agl import AttemptStatus, RolloutConfig, RolloutRequest
-from agl._heartbeats import IDLE_INTERVAL, Heartbeats
 from agl._rollouts import Claim
-from agl._runner_stats import RunnerStats
+from agl._run._heartbeats import IDLE_INTERVAL, Heartbeats
+from agl._run._runner_stats import RunnerStats
 from agl.store._memory import MemoryStore
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agl._loop_watch import STILL_HELD_AFTER, LoopWatch
+from agl._run._loop_watch import STILL_HELD_AFTER, LoopWatch
 
 pytestmark = pytest.mark.anyio
 

@@ -305,7 +305,7 @@ def test_a_plugin_whose_hook_raises_is_skipped_with_one_log_line(
     [
         (
             "def agl_algorithms():\n    return [agl.Baseline]",
-            "agl_algorithms() returned a list ([<class 'agl._algorithm.Baseline'>]), not a "
+            "agl_algorithms() returned a list ([<class 'agl._train._algorithm.Baseline'>]), not a "
             "mapping of names to agl.Algorithm subclasses",
         ),
         (
@@ -330,8 +330,8 @@ def test_a_plugin_whose_hook_raises_is_skipped_with_one_log_line(
         ),
         (
             "def agl_resource_types():\n    return [agl.Baseline]",
-            "agl_resource_types() returned the class agl._algorithm.Baseline, not a subclass "
-            "of agl.Resource",
+            "agl_resource_types() returned the class agl._train._algorithm.Baseline, not a "
+            "subclass of agl.Resource",
         ),
     ],
 )

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 import agl
-from agl._agent import AgentError
 from agl._resources import ResourcesUpdate
-from agl._runner_resources import RunnerResources
+from agl._run._agent import AgentError
+from agl._run._runner_resources import RunnerResources
 from agl.plugins import PluginManager
 from agl.store._memory import MemoryStore
 
@@ -64,7 +64,7 @@ async def test_the_latest_set_is_read_again_only_after_a_second(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("agl._runner_resources.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("agl._run._runner_resources.time.monotonic", lambda: now[0])
     store = MemoryStore()
     await store.add_resources({"prompt": agl.PromptTemplate(template="first")})
     fetch = Counted(store)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agl._agent import AgentError
 from agl._rollouts import AttemptStatus
-from agl._runner_stats import RunnerStats, failure_reason
+from agl._run._agent import AgentError
+from agl._run._runner_stats import RunnerStats, failure_reason
 
 
 def test_each_final_status_lands_in_one_counter_and_failures_keep_their_reasons() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agl._step_line import compact_line, format_number, full_line
+from agl._train._step_line import compact_line, format_number, full_line
 
 
 def line(record: dict[str, Any]) -> str:

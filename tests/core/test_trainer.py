@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 import agl
-import agl._metrics
+import agl._train._metrics
 import agl.lightning
 from agl.testing.openai_server import OpenAIServer, echo
 
@@ -147,11 +147,11 @@ def test_a_store_that_refuses_metrics_does_not_stop_training(
         console=False,
         plot=False,
     )
-    with caplog.at_level("WARNING", logger="agl._store_metrics"):
+    with caplog.at_level("WARNING", logger="agl._train._store_metrics"):
         result = trainer.fit(scored, [{"x": 1}, {"x": 2}, {"x": 3}])
     assert [row["step"] for row in result.history] == [1, 2, 3]
     assert len(agl.read_metrics(tmp_path / "run")) == 3
-    warnings = [r for r in caplog.records if r.name == "agl._store_metrics"]
+    warnings = [r for r in caplog.records if r.name == "agl._train._store_metrics"]
     assert len(warnings) == 1  # once a run, not once a step
     assert "unreachable" in warnings[0].getMessage()
     assert "training goes on" in warnings[0].getMessage()
@@ -363,7 +363,7 @@ def test_runner_processes_without_the_server_extra_name_what_to_install(
 
 def test_the_trainer_and_the_store_have_one_unresponsive_default() -> None:
     from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS
-    from agl._trainer import DEFAULT_ROLLOUT_CONFIG
+    from agl._train._trainer import DEFAULT_ROLLOUT_CONFIG
 
     assert DEFAULT_ROLLOUT_CONFIG.unresponsive_seconds == agl.RolloutConfig().unresponsive_seconds
     assert DEFAULT_UNRESPONSIVE_SECONDS == 300.0  # the README's "5 minutes unless you set it"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agl import semconv
-from agl._command_harness import HARNESSES
+from agl._run._command_harness import HARNESSES
 from agl.testing.gateway_rollouts import spans_of_type
 
 from .conftest import load

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import agl
-import agl._metrics
+import agl._train._metrics
 from agl_verl.rl import LightningRLVerl
 
 pytestmark = [

@@ -23,7 +23,7 @@ import torch
 from verl import DataProto
 
 import agl
-import agl._metrics
+import agl._train._metrics
 from agl import semconv
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat, text_reply
 from agl_verl.rl import LightningRLVerl

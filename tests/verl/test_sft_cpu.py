@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import agl
-import agl._metrics
+import agl._train._metrics
 from agl.testing.openai_server import EOS_ID, OpenAIServer, encode, render_chat
 from agl_verl.sft import SFTVerl, train_sft
 from agl_verl.sft_settings import SFTSettings

@@ -8,7 +8,7 @@ import pytest
 
 import agl
 from agl import InvalidInputError
-from agl._trainer import resolve_algorithm
+from agl._train._trainer import resolve_algorithm
 from agl.lightning import DiscountedReturn, FinalReward, LLMCall, StepRewards, TransitionBuilder
 from agl.lightning._credit import PluginCredit, credit_assigner
 from agl.plugins import PluginManager

@@ -17,13 +17,29 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from agl_apo.algorithm import APO
+    from agl import LoopSettings
+    from agl_apo.meta_prompts import MetaPrompts
+    from agl_apo.settings import Budgets, SearchSettings
+
+
+class APOSettings(Protocol):
+    """What an estimate reads of an APO configuration (:class:`agl_apo.APO` has it all)."""
+
+    @property
+    def search(self) -> SearchSettings: ...
+    @property
+    def budgets(self) -> Budgets: ...
+    @property
+    def loop(self) -> LoopSettings: ...
+    @property
+    def meta_prompts(self) -> MetaPrompts: ...
+
 
 __all__ = ["CostEstimate", "estimate_cost"]
 
@@ -98,7 +114,7 @@ class CostEstimate:
 
 
 def estimate_cost(
-    apo: APO,
+    apo: APOSettings,
     train_tasks: int | Sequence[Any],
     val_tasks: int | Sequence[Any] = 0,
     *,
@@ -171,7 +187,7 @@ def estimate_cost(
     )
 
 
-def _loop_steps(apo: APO, n_train: int) -> list[int]:
+def _loop_steps(apo: APOSettings, n_train: int) -> list[int]:
     """The number of tasks of each step the loop runs."""
     batch = apo.loop.batch_size or max(n_train, 1)
     sizes = [min(batch, n_train - start) for start in range(0, n_train, batch)]
@@ -184,7 +200,7 @@ def _loop_steps(apo: APO, n_train: int) -> list[int]:
     return steps
 
 
-def _call_tokens(apo: APO, prompt: int) -> tuple[int, int, int]:
+def _call_tokens(apo: APOSettings, prompt: int) -> tuple[int, int, int]:
     """Rough tokens of one critique, rewrite and merge call for a prompt of ``prompt`` chars."""
     meta = apo.meta_prompts
     system = len(meta.system)

@@ -2,17 +2,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-from agl._agent import LitAgent, rollout
-from agl._emitters import (
-    NoRolloutError,
-    agent_span,
-    emit_annotation,
-    emit_exception,
-    emit_message,
-    emit_object,
-    emit_reward,
-    operation,
-)
 from agl._errors import (
     AglError,
     ConflictError,
@@ -46,12 +35,27 @@ from agl._rollouts import (
     RolloutStatus,
     Worker,
 )
+from agl._run._agent import LitAgent, rollout
+from agl._run._emitters import (
+    NoRolloutError,
+    agent_span,
+    emit_annotation,
+    emit_exception,
+    emit_message,
+    emit_object,
+    emit_reward,
+    operation,
+)
 from agl._settings import SamplingSettings, check_at_least, settings
 from agl._spans import Span, SpanEvent, SpanKind, SpanLink, SpanStatus, StatusCode
 from agl.store import Store, StoreStatistics, open_store
 
 if TYPE_CHECKING:
-    from agl._algorithm import (
+    from agl._results import FitResult, RolloutResult
+    from agl._run._command_agent import CommandAgent, CommandResult
+    from agl._run._runner import Runner
+    from agl._server_thread import ServerThread
+    from agl._train._algorithm import (
         Algorithm,
         AlgorithmContext,
         Baseline,
@@ -61,15 +65,11 @@ if TYPE_CHECKING:
         model_or_env,
         reward_metrics,
     )
-    from agl._command_agent import CommandAgent, CommandResult
-    from agl._datasets import DatasetSource, load_tasks
-    from agl._metrics import plot_metrics, read_metrics
-    from agl._per_agent import PerAgent
-    from agl._results import RolloutResult
-    from agl._runner import Runner
-    from agl._script import Script, ScriptRun
-    from agl._server_thread import ServerThread
-    from agl._trainer import FitResult, Trainer
+    from agl._train._datasets import DatasetSource, load_tasks
+    from agl._train._metrics import plot_metrics, read_metrics
+    from agl._train._per_agent import PerAgent
+    from agl._train._script import Script, ScriptRun
+    from agl._train._trainer import Trainer
     from agl.hookspecs import hookimpl
     from agl.lightning import Transition, TransitionBatch, TransitionBuilder
     from agl.tracing import Tracer
@@ -85,33 +85,33 @@ def _version() -> str:
 
 
 _LAZY = {
-    "Algorithm": "agl._algorithm",
-    "AlgorithmContext": "agl._algorithm",
-    "Baseline": "agl._algorithm",
-    "CommandAgent": "agl._command_agent",
-    "CommandResult": "agl._command_agent",
-    "DatasetSource": "agl._datasets",
+    "Algorithm": "agl._train._algorithm",
+    "AlgorithmContext": "agl._train._algorithm",
+    "Baseline": "agl._train._algorithm",
+    "CommandAgent": "agl._run._command_agent",
+    "CommandResult": "agl._run._command_agent",
+    "DatasetSource": "agl._train._datasets",
     "ServerThread": "agl._server_thread",
-    "load_tasks": "agl._datasets",
-    "model_or_env": "agl._algorithm",
-    "plot_metrics": "agl._metrics",
-    "read_metrics": "agl._metrics",
-    "reward_metrics": "agl._algorithm",
-    "FitResult": "agl._trainer",
+    "load_tasks": "agl._train._datasets",
+    "model_or_env": "agl._train._algorithm",
+    "plot_metrics": "agl._train._metrics",
+    "read_metrics": "agl._train._metrics",
+    "reward_metrics": "agl._train._algorithm",
+    "FitResult": "agl._results",
     "TransitionBuilder": "agl.lightning",
     "LoopSettings": "agl._settings",
-    "PerAgent": "agl._per_agent",
-    "StepAlgorithm": "agl._algorithm",
-    "StepBatch": "agl._algorithm",
+    "PerAgent": "agl._train._per_agent",
+    "StepAlgorithm": "agl._train._algorithm",
+    "StepBatch": "agl._train._algorithm",
     "Transition": "agl.lightning",
     "TransitionBatch": "agl.lightning",
     "hookimpl": "agl.hookspecs",
     "RolloutResult": "agl._results",
-    "Runner": "agl._runner",
-    "Script": "agl._script",
-    "ScriptRun": "agl._script",
+    "Runner": "agl._run._runner",
+    "Script": "agl._train._script",
+    "ScriptRun": "agl._train._script",
     "Tracer": "agl.tracing",
-    "Trainer": "agl._trainer",
+    "Trainer": "agl._train._trainer",
 }
 
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from agl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from agl._algorithm import Algorithm
     from agl._resources import Resource
+    from agl._train._algorithm import Algorithm
     from agl.lightning._credit import CreditAssigner
     from agl.store._base import Store
     from agl.tracing import Tracer
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def agl_algorithms() -> Mapping[str, type[Algorithm]]:
-    from agl._algorithm import Baseline
+    from agl._train._algorithm import Baseline
 
     return {"baseline": Baseline}
 

@@ -20,9 +20,6 @@ import pluggy
 
 from agl.hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, PROVIDER_HOOKS
 
-ENTRY_POINT_GROUP: Final = "agl.plugins"
-"""The entry point group agl plugins register under (:data:`agl.plugins.ENTRY_POINT_GROUP`)."""
-
 
 class Skip(Exception):
     """The plugin cannot be used; the message says why."""
@@ -121,7 +118,7 @@ def check_provided(hook: str, value: object) -> dict[str, Any]:
 
 def _problem(hook: str, name: str, item: object) -> str | None:
     if hook == "agl_algorithms":
-        from agl._algorithm import Algorithm
+        from agl._train._algorithm import Algorithm
 
         if not (isinstance(item, type) and issubclass(item, Algorithm)):
             return f"{show(item)}, not a subclass of agl.Algorithm"

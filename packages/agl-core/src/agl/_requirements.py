@@ -18,12 +18,15 @@ import functools
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
 __all__ = ["UnmetRequirement", "unmet_requirements", "warn_unmet", "warn_unmet_of_package"]
+
+ENTRY_POINT_GROUP: Final = "agl.plugins"
+"""The entry point group agl plugins register under (:data:`agl.plugins.ENTRY_POINT_GROUP`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +128,6 @@ def warn_unmet_of_package(package: str, what: str) -> tuple[UnmetRequirement, ..
     """:func:`warn_unmet` for the distribution whose ``agl.plugins`` entry point lives in the
     import package ``package`` (an adapter's own ``instrument``); none for a package that is
     no installed plugin's."""
-    from agl._plugin_checks import ENTRY_POINT_GROUP
-
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry_point.module.split(".")[0] == package and entry_point.dist is not None:
             return warn_unmet(entry_point.dist.name, what)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agl import semconv
 from agl._rollouts import Attempt, AttemptStatus, Rollout, RolloutStatus
@@ -12,7 +13,15 @@ from agl._spans import Span
 from agl.store._base import Store
 from agl.tracing._same_call import same_call_groups
 
-__all__ = ["RolloutResult", "fetch_results", "final_reward", "reward_of", "span_type", "summarize"]
+__all__ = [
+    "FitResult",
+    "RolloutResult",
+    "fetch_results",
+    "final_reward",
+    "reward_of",
+    "span_type",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -126,3 +135,25 @@ async def fetch_results(
 
 def _rewards(spans: Sequence[Span]) -> list[float]:
     return [value for span in spans if (value := reward_of(span)) is not None]
+
+
+@dataclass
+class FitResult:
+    """What a run did."""
+
+    run_dir: Path
+    store_url: str
+    history: list[dict[str, float]]
+    """Every metrics row logged, ``step`` included."""
+    totals: dict[str, int]
+    """Rollouts run in all, and how many succeeded, failed, were cancelled or retried."""
+    duration_s: float
+    results: list[RolloutResult] = field(default_factory=list, repr=False)
+    """For :meth:`Trainer.dev`: every rollout's result, in dataset order."""
+
+    def last(self, key: str) -> float | None:
+        """The last logged value of a metric, or None."""
+        for row in reversed(self.history):
+            if key in row:
+                return row[key]
+        return None

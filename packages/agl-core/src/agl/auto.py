@@ -16,6 +16,6 @@ agent's module, so they see the import too.
 
 from __future__ import annotations
 
-from agl._runner import enable_auto_instrumentation
+from agl._run._runner import enable_auto_instrumentation
 
 enable_auto_instrumentation()

@@ -92,9 +92,9 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from agl._algorithm import Algorithm
     from agl._resources import Resource
     from agl._rollouts import Attempt, AttemptStatus, Rollout
+    from agl._train._algorithm import Algorithm
     from agl.lightning._credit import CreditAssigner
     from agl.store._base import Store
     from agl.tracing import Tracer

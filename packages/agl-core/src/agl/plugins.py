@@ -33,7 +33,6 @@ import pluggy
 from agl import hookspecs
 from agl._errors import AglError, InvalidInputError
 from agl._plugin_checks import (
-    ENTRY_POINT_GROUP,
     KINDS,
     Invalid,
     Skip,
@@ -44,11 +43,12 @@ from agl._plugin_checks import (
     registration_problem,
     show,
 )
+from agl._requirements import ENTRY_POINT_GROUP
 from agl.hookspecs import LIFECYCLE_HOOKS, PROVIDER_HOOKS, hookimpl
 
 if TYPE_CHECKING:
-    from agl._algorithm import Algorithm
     from agl._resources import Resource
+    from agl._train._algorithm import Algorithm
     from agl.lightning._credit import CreditAssigner
     from agl.store._base import Store
     from agl.tracing import Tracer
@@ -387,7 +387,7 @@ class PluginManager(pluggy.PluginManager):
                 arguments (the message says to build it yourself), or builds no algorithm.
             PluginError: a plugin is invalid.
         """
-        from agl._algorithm import Algorithm
+        from agl._train._algorithm import Algorithm
 
         cls = self.lookup("agl_algorithms", name)
         try:
@@ -482,7 +482,7 @@ class PluginManager(pluggy.PluginManager):
             for name, value in resources.items()
         }
 
-    # --- the loop's hooks (see agl._algorithm.LoopHooks) ------------------------------------
+    # --- the loop's hooks (see agl._train._algorithm.LoopHooks) ---------------------------
 
     def step_start(self, algorithm: str, step: int) -> None:
         """Fire ``agl_step_start``."""

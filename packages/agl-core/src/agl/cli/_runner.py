@@ -97,8 +97,8 @@ def runner_command(
     up to AGL_SPAN_BUFFER_MB of them (64 MiB by default); a warning says what a full buffer
     dropped.
     """
-    from agl._agent import load_agent
-    from agl._runner import Runner
+    from agl._run._agent import load_agent
+    from agl._run._runner import Runner
     from agl.store._checks import redact
 
     logging.basicConfig(

@@ -48,13 +48,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import agl
-from agl._agent import AttemptInputs
-from agl._algorithm import StepAlgorithm
-from agl._datasets import DatasetSource
 from agl._errors import InvalidInputError
 from agl._resources import Resource
+from agl._results import FitResult
 from agl._rollouts import Attempt, Rollout, RolloutMode
-from agl._trainer import FitResult
+from agl._run._agent import AttemptInputs
+from agl._train._algorithm import StepAlgorithm
+from agl._train._datasets import DatasetSource
 
 __all__ = [
     "LLM",

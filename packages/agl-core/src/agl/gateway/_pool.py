@@ -1,4 +1,5 @@
-"""The gateways of a run, started on first use: :class:`~agl._context.Gateways` for the trainer."""
+"""The gateways of a run, started on first use: :class:`~agl._train._context.Gateways`, for
+the trainer."""
 
 from __future__ import annotations
 

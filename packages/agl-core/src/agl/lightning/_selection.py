@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agl.lightning._transitions import Transition
 
 if TYPE_CHECKING:
-    from agl._algorithm import StepBatch
+    from agl._results import RolloutResult
+
+
+class StepRollouts(Protocol):
+    """What :func:`best_transitions` reads of a step (an :class:`agl.StepBatch`)."""
+
+    @property
+    def results(self) -> Sequence[RolloutResult]: ...
+    @property
+    def transitions(self) -> Iterable[Transition] | None: ...
+
 
 __all__ = ["best_transitions"]
 
 
 def best_transitions(
-    batch: StepBatch, *, top_k: int = 1, min_reward: float = 1.0
+    batch: StepRollouts, *, top_k: int = 1, min_reward: float = 1.0
 ) -> list[Transition]:
     """The transitions of each task's ``top_k`` best rollouts rewarded ``min_reward`` or more.
 

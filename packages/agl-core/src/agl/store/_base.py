@@ -37,6 +37,8 @@ from agl._rollouts import (
     Worker,
 )
 from agl._spans import Span
+from agl.store._engine_queries import rollout_filter
+from agl.store._tx import RolloutFilter
 
 __all__ = ["ClosingStore", "Store", "StoreStatistics"]
 
@@ -259,7 +261,9 @@ class Store(Protocol):
 
 
 class ClosingStore(abc.ABC):
-    """Async-context-manager support for store implementations: leaving the block closes."""
+    """What store implementations share: leaving an ``async with`` block closes the store, and
+    :meth:`query_rollouts` checks its arguments once for every backend, which then answers
+    :meth:`_query_rollouts` with the checked filter."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -267,6 +271,40 @@ class ClosingStore(abc.ABC):
 
     async def release_loop(self) -> None:  # noqa: B027 - a hook most stores need not fill
         """Release what the store holds for the running event loop (nothing, by default)."""
+
+    async def query_rollouts(
+        self,
+        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
+        mode: RolloutMode | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        *,
+        search: str | None = None,
+        worker_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = False,
+    ) -> RolloutPage:
+        """See :meth:`Store.query_rollouts`: the filters are checked here, once for every
+        backend, and the page asked of :meth:`_query_rollouts`."""
+        where = rollout_filter(
+            status,
+            mode,
+            search=search,
+            worker_id=worker_id,
+            since=since,
+            until=until,
+            newest_first=newest_first,
+        )
+        return await self._query_rollouts(where, limit, offset)
+
+    async def _query_rollouts(self, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
+        """Return one page of the rollouts ``where`` matches (its fields already checked).
+
+        A backend overrides this, or :meth:`query_rollouts` whole. ``limit`` and ``offset``
+        are the caller's, unchecked: the backend refuses a bad page naming the field.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement query_rollouts")
 
     async def __aenter__(self) -> Self:
         return self

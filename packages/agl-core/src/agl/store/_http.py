@@ -27,10 +27,8 @@ from agl._rollouts import (
     AttemptStatus,
     Claim,
     Rollout,
-    RolloutMode,
     RolloutPage,
     RolloutRequest,
-    RolloutStatus,
     Worker,
     new_id,
 )
@@ -48,6 +46,7 @@ from agl.store._http_wire import (
 )
 from agl.store._span_batches import byte_chunks, renumbered
 from agl.store._storable import refuse_unstorable
+from agl.store._tx import RolloutFilter
 
 __all__ = ["HttpStore", "starting_at"]
 
@@ -160,38 +159,20 @@ class HttpStore(ClosingStore):
         rollout = path_segment(rollout_id, "rollout_id")
         return Rollout.model_validate(await self._request("GET", f"/v1/rollouts/{rollout}"))
 
-    async def query_rollouts(
-        self,
-        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
-        mode: RolloutMode | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        *,
-        search: str | None = None,
-        worker_id: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        newest_first: bool = False,
-    ) -> RolloutPage:
-        # Values go as they are: the server checks them and names a bad one (422). An id is
-        # checked here too: one too long for a URL would not reach the server.
-        if worker_id is not None:
-            check_id(worker_id, "worker_id")
-        if search is not None:
-            check_id(search, "search")
+    async def _query_rollouts(self, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
+        # The filter was checked here (an id too long for a URL would not reach the server);
+        # the page is checked by the server, which names a bad one (422).
         params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
-        if status is not None:
-            statuses = [status] if isinstance(status, str) else list(status)
-            params.extend(("status", str(getattr(value, "value", value))) for value in statuses)
+        params.extend(("status", status.value) for status in where.statuses or ())
         optional = {
-            "mode": mode,
-            "search": search,
-            "worker_id": worker_id,
-            "since": since,
-            "until": until,
+            "mode": where.mode,
+            "search": where.search,
+            "worker_id": where.worker_id,
+            "since": where.since,
+            "until": where.until,
         }
         params.extend((key, str(value)) for key, value in optional.items() if value is not None)
-        if newest_first:
+        if where.newest_first:
             params.append(("order", "newest"))
         return RolloutPage.model_validate(await self._request("GET", "/v1/rollouts", params=params))
 

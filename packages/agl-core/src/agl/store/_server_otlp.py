@@ -16,14 +16,14 @@ it are not stored twice when it comes again.
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from agl._errors import InvalidInputError, NotFoundError
 from agl.store._base import Store
 from agl.store._server_errors import MalformedBody
 from agl.store._span_batches import add_spans_keeping_good, summary
 
-__all__ = ["CHUNK_BYTES", "CHUNK_SPANS", "add_otlp_route"]
+__all__ = ["CHUNK_BYTES", "CHUNK_SPANS", "otlp_router"]
 
 CHUNK_SPANS = 1000
 """Spans converted and stored at a time. A 28 MB export of 200,000 spans peaked 855 MB over
@@ -45,10 +45,11 @@ async def _read_body(request: Request) -> bytearray:
     return body
 
 
-def add_otlp_route(app: FastAPI, store: Store, max_body_bytes: int) -> None:
-    """Add ``POST /v1/traces`` to ``app``, storing into ``store``."""
+def otlp_router(store: Store, max_body_bytes: int) -> APIRouter:
+    """``POST /v1/traces``, storing into ``store`` bodies of up to ``max_body_bytes`` unpacked."""
+    router = APIRouter()
 
-    @app.post(
+    @router.post(
         "/v1/traces",
         tags=["otlp"],
         summary="OTLP/HTTP trace export",
@@ -92,3 +93,5 @@ def add_otlp_route(app: FastAPI, store: Store, max_body_bytes: int) -> None:
             raise MalformedBody(reasons, field=refused[0][0])
         content, media_type = otlp.encode_response(content_type, len(refused), reasons)
         return Response(content=content, media_type=media_type)
+
+    return router

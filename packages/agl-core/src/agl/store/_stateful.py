@@ -27,7 +27,6 @@ from agl._rollouts import (
     AttemptStatus,
     Claim,
     Rollout,
-    RolloutMode,
     RolloutPage,
     RolloutRequest,
     RolloutStatus,
@@ -46,7 +45,7 @@ from agl.store._checks import (
 from agl.store._engine import MAX_PAGE_SIZE
 from agl.store._repeats import check_request_id
 from agl.store._storable import refuse_unstorable
-from agl.store._tx import Transaction
+from agl.store._tx import RolloutFilter, Transaction
 
 T = TypeVar("T")
 
@@ -148,31 +147,7 @@ class StatefulStore(ClosingStore):
         check_id(rollout_id, "rollout_id", segment=True)
         return await self._read(lambda tx: engine.get_rollout(tx, rollout_id))
 
-    async def query_rollouts(
-        self,
-        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
-        mode: RolloutMode | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        *,
-        search: str | None = None,
-        worker_id: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        newest_first: bool = False,
-    ) -> RolloutPage:
-        statuses = [status] if isinstance(status, str) else status
-        if statuses is not None:
-            statuses = [_as_status(value, index) for index, value in enumerate(statuses)]
-        where = engine.rollout_filter(
-            statuses,
-            mode,
-            search=search,
-            worker_id=worker_id,
-            since=since,
-            until=until,
-            newest_first=newest_first,
-        )
+    async def _query_rollouts(self, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
         return await self._read(lambda tx: engine.query_rollouts(tx, where, limit, offset))
 
     async def query_attempts(self, rollout_id: str) -> list[Attempt]:
@@ -308,18 +283,6 @@ class StatefulStore(ClosingStore):
         if swept:
             self._notifier.notify_all()
         return result
-
-
-def _as_status(value: str, index: int) -> RolloutStatus:
-    try:
-        return RolloutStatus(value)
-    except ValueError:
-        raise InvalidInputError(
-            f"status[{index}] = {value!r} is not a rollout status; expected one of "
-            f"{[status.value for status in RolloutStatus]}",
-            field=f"status[{index}]",
-            value=value,
-        ) from None
 
 
 def _check_wait(value: float, field: str) -> None:

@@ -127,7 +127,7 @@ def record_demonstrations(
             module guarded by ``if __name__ == "__main__"``).
     """
     from agl._resources import LLM
-    from agl._trainer import Trainer
+    from agl._train._trainer import Trainer
     from agl.testing.openai_server import OpenAIServer
 
     teacher = Demonstrations(script)

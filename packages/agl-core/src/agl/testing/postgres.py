@@ -175,6 +175,11 @@ class PostgresServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait(timeout=30)
+            # Its backends too (a loaded machine may run them a moment after the postmaster
+            # is gone): until then a connection could still answer.
+            deadline = time.monotonic() + 30
+            while _running_in_group(self._process.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
         self._process = None
 
     def close(self) -> None:
@@ -307,3 +312,15 @@ def _group_of(user: str) -> int:
     import pwd
 
     return pwd.getpwnam(user).pw_gid
+
+
+def _running_in_group(group: int) -> bool:
+    """Whether a process of process group ``group`` is still running (zombies aside)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == group:  # state, ppid, pgrp
+            return True
+    return False

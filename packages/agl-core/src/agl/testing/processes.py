@@ -301,7 +301,8 @@ OUTCOMES = ("claimed", "succeeded", "failed", "timed_out", "released", "abandone
 
 
 def runner_summary(child: Child) -> dict[str, int]:
-    """The counts an ``agl runner`` prints when it stops (its :class:`~agl._runner.RunnerStats`)."""
+    """The counts an ``agl runner`` prints when it stops (its
+    :class:`~agl._run._runner.RunnerStats`)."""
     log = child.log()
     found = _SUMMARY.findall(log)
     assert len(found) == 1, f"{child.name} printed no single summary:\n{log}"

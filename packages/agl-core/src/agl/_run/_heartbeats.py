@@ -29,12 +29,12 @@ from collections.abc import Callable
 
 from agl._errors import ConflictError, StoreUnavailableError
 from agl._rollouts import Claim
-from agl._runner_stats import RunnerStats
+from agl._run._runner_stats import RunnerStats
 from agl.store._base import Store
 
 __all__ = ["Heartbeats"]
 
-logger = logging.getLogger("agl._runner")
+logger = logging.getLogger("agl._run._runner")
 
 IDLE_INTERVAL = 10.0
 """Seconds between beats when no running rollout asks for less."""

@@ -10,7 +10,7 @@ build a context of its own.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -20,9 +20,9 @@ from pydantic import JsonValue
 from agl._errors import AglError, InvalidInputError
 from agl._resources import LLM, Resource, ResourcesUpdate
 from agl._results import RolloutResult
-from agl._rollout_stream import RolloutStream
 from agl._rollouts import RolloutConfig, RolloutMode
 from agl._settings import LoopSettings
+from agl._train._rollout_stream import Gateways, Progress, ProgressBar, RolloutStream
 from agl.store._base import Store
 
 __all__ = [
@@ -58,38 +58,14 @@ class _NoHooks:
 
 
 class MetricsSink(Protocol):
-    """Where a run's metrics go (the trainer's: a :class:`agl._metrics.MetricsLogger`, whose
-    steps :class:`agl._store_metrics.StoreMetrics` also sends to the run's store)."""
+    """Where a run's metrics go (the trainer's: a :class:`agl._train._metrics.MetricsLogger`, whose
+    steps :class:`agl._train._store_metrics.StoreMetrics` also sends to the run's store)."""
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record one step's figures."""
 
     def rewind(self, step: int) -> list[dict[str, Any]]:
         """Drop the rows logged after ``step``; return the rows kept."""
-
-
-class ProgressBar(Protocol):
-    """One bar of rollouts, advanced as each finishes."""
-
-    def advance(self, result: RolloutResult) -> None:
-        """One more rollout finished."""
-
-
-class Progress(Protocol):
-    """Opens a progress bar of ``total`` rollouts labelled ``label``."""
-
-    def __call__(self, label: str, total: int) -> AbstractContextManager[ProgressBar]: ...
-
-
-class Gateways(Protocol):
-    """The run's gateways (the trainer starts one per set of upstreams, on first use)."""
-
-    async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
-        """Start (or reuse) a gateway in front of ``upstreams``; return its endpoint template."""
-        ...
-
-    async def flush(self) -> None:
-        """Return once every call the gateways recorded so far is in the store."""
 
 
 class _QuietBar:

@@ -24,11 +24,12 @@ Failures never take the runner down; each becomes a final attempt status with a 
 not a reward), ``timeout`` (the rollout's ``timeout_seconds`` passed: the agent is cancelled).
 Retries are the store's business (``RolloutConfig.max_attempts`` / ``retry_on``). Heartbeats
 go out for every running attempt, from a thread of their own: an agent that blocks the event
-loop is slow, not dead (:mod:`agl._heartbeats`). When a beat is refused because the store already
+loop is slow, not dead (:mod:`agl._run._heartbeats`).
+When a beat is refused because the store already
 ended the attempt (timed out, found unresponsive, cancelled), the agent is cancelled and its
 result is not reported. An agent that holds the loop longer than
-:data:`~agl._loop_watch.BLOCKED_LOOP_SECONDS` (1 s) gets one warning naming it, its rollouts,
-the line it blocked at and for how long (:mod:`agl._loop_watch`).
+:data:`~agl._run._loop_watch.BLOCKED_LOOP_SECONDS` (1 s) gets one warning naming it, its rollouts,
+the line it blocked at and for how long (:mod:`agl._run._loop_watch`).
 
 Stopping (SIGINT/SIGTERM, or :meth:`Runner.stop`): the runner stops claiming, lets running
 attempts finish for up to ``drain_timeout`` seconds, then cancels the rest and reports them
@@ -53,15 +54,15 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from agl._agent import AttemptInputs, LitAgent, as_agent, normalize_result
 from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
-from agl._heartbeats import Heartbeats
 from agl._ids import check_id
-from agl._loop_watch import LoopWatch
 from agl._resources import ResourcesUpdate
 from agl._rollouts import AttemptStatus, Claim, new_id
-from agl._runner_resources import RunnerResources
-from agl._runner_stats import RunnerStats, failure_reason
+from agl._run._agent import AttemptInputs, LitAgent, as_agent, normalize_result
+from agl._run._heartbeats import Heartbeats
+from agl._run._loop_watch import LoopWatch
+from agl._run._runner_resources import RunnerResources
+from agl._run._runner_stats import RunnerStats, failure_reason
 from agl._secrets import env_secret
 from agl.plugins import PluginManager
 from agl.store._base import Store
@@ -417,7 +418,7 @@ class Runner:
                         result = await self._call_agent(inputs)
                     rewards = normalize_result(result, self.agent.primary_reward)
                     if rewards is not None:
-                        from agl._emitters import emit_reward
+                        from agl._run._emitters import emit_reward
 
                         emit_reward(rewards[0], primary=rewards[1])
                 except TimeoutError:
@@ -425,13 +426,13 @@ class Runner:
                         raise  # released or stale, not the agent's timeout
                     status = AttemptStatus.TIMEOUT
                     reason = f"ran longer than timeout_seconds={timeout:g} and was cancelled"
-                    from agl._emitters import emit_exception
+                    from agl._run._emitters import emit_exception
 
                     emit_exception(TimeoutError(reason))
                 except (_Stale, asyncio.CancelledError):
                     raise
                 except Exception as exc:
-                    from agl._emitters import emit_exception
+                    from agl._run._emitters import emit_exception
 
                     emit_exception(exc)
                     status = AttemptStatus.FAILED

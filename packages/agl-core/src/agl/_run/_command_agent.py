@@ -22,7 +22,7 @@ For each rollout, :class:`CommandAgent`:
 3. points the program at the attempt's gateway URL through what it reads (a *harness*, picked
    from the program's name or given): Claude Code gets ``ANTHROPIC_BASE_URL``/``_API_KEY``/
    ``_MODEL``, the Codex CLI a config with a model provider at the gateway; both get their
-   telemetry, update checks and plugin downloads turned off (:mod:`agl._command_harness`).
+   telemetry, update checks and plugin downloads turned off (:mod:`agl._run._command_harness`).
    Any other program gets ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL``;
 4. runs it in its own process group with ``timeout`` (killing the whole group when it passes,
    or when the rollout itself is timed out or cancelled), keeping the last ``output_limit``
@@ -48,9 +48,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agl._agent import LitAgent
-from agl._command_harness import Harness, harness_named
-from agl._command_inputs import (
+from agl._errors import InvalidInputError
+from agl._resources import LLM
+from agl._rollouts import Attempt
+from agl._run._agent import LitAgent
+from agl._run._command_harness import Harness, harness_named
+from agl._run._command_inputs import (
     checked_command,
     checked_env,
     checked_files,
@@ -58,10 +61,7 @@ from agl._command_inputs import (
     positive,
     write_files,
 )
-from agl._command_process import run_process
-from agl._errors import InvalidInputError
-from agl._resources import LLM
-from agl._rollouts import Attempt
+from agl._run._command_process import run_process
 
 __all__ = ["CommandAgent", "CommandResult"]
 
@@ -119,7 +119,7 @@ def exit_status_reward(result: CommandResult) -> float:
 
 
 class CommandAgent(LitAgent):
-    """Run a command line per rollout, as an agent; see :mod:`agl._command_agent`.
+    """Run a command line per rollout, as an agent; see :mod:`agl._run._command_agent`.
 
     Args:
         command: The program and its arguments, a list (``["claude", "-p", "{task}"]``), with
@@ -192,7 +192,7 @@ class CommandAgent(LitAgent):
         self, task: Any, llm: LLM | None = None, attempt: Attempt | None = None
     ) -> Any:
         """Run the command on ``task`` with ``llm`` and return its reward."""
-        from agl._emitters import emit_object
+        from agl._run._emitters import emit_object
 
         label = attempt.attempt_id if attempt is not None else "command"
         root = Path(tempfile.mkdtemp(prefix=f"agl-{label}-", dir=self.workdir_root))

@@ -14,13 +14,13 @@ from rich.table import Table
 from agl._results import RolloutResult
 
 if TYPE_CHECKING:
-    from agl._trainer import FitResult
+    from agl._results import FitResult
 
 __all__ = ["ProgressBars", "dev_table", "print_summary"]
 
 
 class ProgressBars:
-    """The run's :class:`~agl._context.Progress`: one rich bar per batch of rollouts.
+    """The run's :class:`~agl._train._context.Progress`: one rich bar per batch of rollouts.
 
     With ``enabled`` False or no console, the bars count and show nothing.
     """

@@ -36,10 +36,10 @@ from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
-from agl._algorithm import Algorithm, AlgorithmContext, StepAlgorithm
 from agl._errors import InvalidInputError
 from agl._settings import LoopSettings
-from agl._step_loop import Member, StepLoop
+from agl._train._algorithm import Algorithm, AlgorithmContext, StepAlgorithm
+from agl._train._step_loop import Member, StepLoop
 from agl.lightning._agents import NO_AGENT
 from agl.lightning._builder import AgentSelector
 

@@ -1,4 +1,6 @@
-"""The algorithm interfaces and :class:`Baseline` (the context they get: :mod:`agl._context`).
+"""The algorithm interfaces and :class:`Baseline`.
+
+The context they get is :mod:`agl._train._context`.
 
 An algorithm drives the loop (see ARCHITECTURE.md): it enqueues rollouts, publishes resources,
 reads finished rollouts back, updates what it trains, and logs metrics. It does all of that
@@ -28,7 +30,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agl._context import (
+from agl._resources import Resource
+from agl._settings import LoopSettings, settings
+from agl._train._context import (
     AlgorithmContext,
     Gateways,
     LoopHooks,
@@ -37,9 +41,7 @@ from agl._context import (
     ProgressBar,
     RunState,
 )
-from agl._resources import Resource
-from agl._settings import LoopSettings, settings
-from agl._step_loop import Member, StepBatch, StepLoop, reward_metrics
+from agl._train._step_loop import Member, StepBatch, StepLoop, reward_metrics
 
 if TYPE_CHECKING:
     from agl.lightning import TransitionBuilder

@@ -17,8 +17,8 @@ import os
 import secrets
 from typing import Any
 
-from agl._agent import LitAgent
 from agl._errors import AglError
+from agl._run._agent import LitAgent
 from agl.plugins import PluginManager
 from agl.store._base import Store
 from agl.store._http import starting_at
@@ -51,7 +51,7 @@ class RunnerPool:
 
     async def start(self) -> None:
         """Start the runner task, or the store server and the runner processes."""
-        from agl._runner import Runner
+        from agl._run._runner import Runner
 
         if self.count == 1:
             self._runner = Runner(
@@ -136,7 +136,7 @@ def _runner_process(
     instrument: list[str] | None,
 ) -> None:
     """A runner process's main: run until SIGTERM."""
-    from agl._runner import Runner
+    from agl._run._runner import Runner
 
     logging.basicConfig(level=logging.WARNING, format=f"%(levelname)s {worker_id}: %(message)s")
     if token is not None:  # the pool's own server: its token, not one the environment names

@@ -74,7 +74,7 @@ class LitAgent:
 
     Override :meth:`rollout`, and :meth:`training_rollout` / :meth:`validation_rollout` when
     training and validation should behave differently. Each may be sync or async and asks for
-    what it needs by parameter name, as described in :mod:`agl._agent`::
+    what it needs by parameter name, as described in :mod:`agl._run._agent`::
 
         class Solver(agl.LitAgent):
             def __init__(self) -> None:
@@ -186,7 +186,7 @@ def rollout(
 ) -> Any:
     """Make a sync or async function an agent: ``@agl.rollout`` or ``@agl.rollout(name=...)``.
 
-    See :mod:`agl._agent` for what the function receives and may return.
+    See :mod:`agl._run._agent` for what the function receives and may return.
     """
     if function is not None:
         return FunctionAgent(function, name=name, primary_reward=primary_reward)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agl._agent import AgentError
 from agl._rollouts import AttemptStatus
+from agl._run._agent import AgentError
 
 __all__ = ["RunnerStats", "failure_reason"]
 

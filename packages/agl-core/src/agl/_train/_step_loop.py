@@ -13,23 +13,22 @@ import logging
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agl._errors import InvalidInputError
-from agl._rollout_stream import RolloutStream
 from agl._settings import LoopSettings
+from agl._train._rollout_stream import RolloutStream
 from agl.lightning._agents import NO_AGENT
 
 if TYPE_CHECKING:
-    from agl._algorithm import StepAlgorithm
-    from agl._context import AlgorithmContext
     from agl._resources import Resource
     from agl._results import RolloutResult
-    from agl.lightning import LLMCall, TransitionBatch
+    from agl._train._context import AlgorithmContext
+    from agl.lightning import LLMCall, TransitionBatch, TransitionBuilder
 
-__all__ = ["Member", "StepBatch", "StepLoop", "reward_metrics"]
+__all__ = ["LoopAlgorithm", "Member", "StepBatch", "StepLoop", "reward_metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +56,32 @@ class StepBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+class LoopAlgorithm(Protocol):
+    """What the loop asks of a member's algorithm (:class:`agl.StepAlgorithm` has all of it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def learns(self) -> bool: ...
+    @property
+    def transitions(self) -> TransitionBuilder | None: ...
+    @property
+    def loop(self) -> LoopSettings: ...
+    @property
+    def follows_loop(self) -> bool: ...
+
+    async def setup(self, ctx: AlgorithmContext) -> Mapping[str, Resource]: ...
+    async def step(self, ctx: AlgorithmContext, batch: StepBatch) -> Mapping[str, Resource]: ...
+    async def close(self, ctx: AlgorithmContext) -> None: ...
+    def resume_step(self) -> int: ...
+    def policy_version(self) -> int | None: ...
+
+
 @dataclass
 class Member:
     """One algorithm of a loop, and which agents' calls are its."""
 
-    algorithm: StepAlgorithm
+    algorithm: LoopAlgorithm
     owns_agent: Callable[[str | None], bool]
     label: str
     """Prefixes its metrics when the loop has several members; names its run_dir if not its

@@ -18,7 +18,8 @@ What :meth:`Trainer.fit` starts, and stops again, whatever happens:
 Progress shows as a bar per batch of rollouts (done, failed, retried, reward so far); metrics
 go to the console, ``metrics.jsonl`` / ``metrics.csv`` in the run directory, TensorBoard when
 installed, and the store (one :class:`~agl.MetricsRow` per step, the run named after its run
-directory, sent in the background: :mod:`agl._store_metrics`); a summary and a reward-curve PNG
+directory, sent in the background: :mod:`agl._train._store_metrics`); a summary and a
+reward-curve PNG
 (when matplotlib is installed) end the run.
 """
 
@@ -30,7 +31,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,21 +38,21 @@ from typing import Any
 from pydantic import JsonValue
 from rich.console import Console
 
-from agl._agent import LitAgent, as_agent
-from agl._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
-from agl._datasets import DatasetSource, load_tasks
 from agl._errors import AglError, InvalidInputError
 from agl._resources import Resource
-from agl._results import RolloutResult
+from agl._results import FitResult, RolloutResult
 from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS, AttemptStatus, RolloutConfig, RolloutMode
-from agl._run_console import ProgressBars, dev_table, print_summary
-from agl._runner_pool import RunnerPool
+from agl._run._agent import LitAgent, as_agent
+from agl._train._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
+from agl._train._datasets import DatasetSource, load_tasks
+from agl._train._run_console import ProgressBars, dev_table, print_summary
+from agl._train._runner_pool import RunnerPool
 from agl.gateway._pool import GatewayPool
 from agl.lightning._credit import PluginCredit
 from agl.plugins import PluginManager
 from agl.store._base import Store
 
-__all__ = ["DEFAULT_ROLLOUT_CONFIG", "FitResult", "Trainer"]
+__all__ = ["DEFAULT_ROLLOUT_CONFIG", "Trainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,28 +66,6 @@ machine) has its rollout retried, up to 3 tries; an agent that fails or times ou
 (it would most likely fail again, and the failure is itself a result). One default for the store
 and the trainer, the one the README gives: a slow agent is never taken for a dead runner sooner
 in training than anywhere else."""
-
-
-@dataclass
-class FitResult:
-    """What a run did."""
-
-    run_dir: Path
-    store_url: str
-    history: list[dict[str, float]]
-    """Every metrics row logged, ``step`` included."""
-    totals: dict[str, int]
-    """Rollouts run in all, and how many succeeded, failed, were cancelled or retried."""
-    duration_s: float
-    results: list[RolloutResult] = field(default_factory=list, repr=False)
-    """For :meth:`Trainer.dev`: every rollout's result, in dataset order."""
-
-    def last(self, key: str) -> float | None:
-        """The last logged value of a metric, or None."""
-        for row in reversed(self.history):
-            if key in row:
-                return row[key]
-        return None
 
 
 class Trainer:
@@ -230,8 +208,8 @@ class Trainer:
         train: list[JsonValue],
         val: list[JsonValue],
     ) -> FitResult:
-        from agl._metrics import MetricsLogger
-        from agl._store_metrics import StoreMetrics
+        from agl._train._metrics import MetricsLogger
+        from agl._train._store_metrics import StoreMetrics
         from agl.store._checks import redact
 
         started = time.monotonic()
@@ -298,7 +276,7 @@ class Trainer:
     def _finish(self, result: FitResult) -> None:
         if self.plot and any("reward/mean" in row for row in result.history):
             try:
-                from agl._metrics import plot_metrics
+                from agl._train._metrics import plot_metrics
 
                 keys = ["reward/mean"]
                 if any("val/reward/mean" in row for row in result.history):
@@ -325,7 +303,7 @@ class _Dev(Algorithm):
         self.results: list[RolloutResult] = []
 
     async def run(self, ctx: AlgorithmContext) -> None:
-        from agl._algorithm import reward_metrics
+        from agl._train._algorithm import reward_metrics
 
         self.results = await ctx.run_rollouts(
             ctx.train_tasks, mode=self.mode, n=self.n, description="dev"
@@ -346,7 +324,7 @@ def resolve_algorithm(
     mapping); a mapping becomes a :class:`~agl.PerAgent`; a credit strategy named in an
     algorithm's ``transitions`` becomes the plugin's strategy.
     """
-    from agl._per_agent import PerAgent
+    from agl._train._per_agent import PerAgent
 
     if algorithm is None:
         resolved: Algorithm = Baseline()

@@ -11,7 +11,7 @@ writes the step's metrics to:
   file is rewritten from ``metrics.jsonl`` with the wider header (rare, and atomic), so the
   header always covers every row. Missing and non-finite values are empty cells.
 - the console, as one compact line (``console=True``): step, reward, validation reward,
-  kept/total transitions, loss, step time (:mod:`agl._step_line`); every figure with
+  kept/total transitions, loss, step time (:mod:`agl._train._step_line`); every figure with
   ``verbose=True``;
 - TensorBoard scalars under ``run_dir/tensorboard`` (with ``tensorboardX``, or
   ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed).
@@ -40,7 +40,7 @@ from typing import Any, Self, TextIO
 from rich.console import Console
 
 from agl._errors import AglError, ConflictError, InvalidInputError
-from agl._step_line import compact_line, full_line
+from agl._train._step_line import compact_line, full_line
 
 __all__ = ["MetricsLogger", "plot_metrics", "read_metrics"]
 

@@ -1,7 +1,8 @@
 """A run's metrics in its store: each logged step also goes there, as one :class:`MetricsRow`.
 
 So a dashboard reading only the store (over its HTTP API) can draw a run's reward and loss
-curves. The trainer wraps its :class:`~agl._metrics.MetricsLogger` in a :class:`StoreMetrics`;
+curves. The trainer wraps its :class:`~agl._train._metrics.MetricsLogger` in a
+:class:`StoreMetrics`;
 ``ctx.log`` then writes the files as before and queues the step for the store.
 
 ``ctx.log`` is synchronous and runs inside the training loop (on the event loop, or in a
@@ -21,8 +22,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agl._context import MetricsSink
 from agl._metric_rows import MetricsRow
+from agl._train._context import MetricsSink
 from agl.store._base import Store
 
 __all__ = ["StoreMetrics"]
@@ -34,7 +35,7 @@ FLUSH_SECONDS = 10.0
 
 
 class StoreMetrics:
-    """A :class:`~agl._context.MetricsSink` that logs to ``inner`` and sends each step to
+    """A :class:`~agl._train._context.MetricsSink` that logs to ``inner`` and sends each step to
     ``store`` as a :class:`~agl.MetricsRow` of ``run``, in the background.
 
     Build it on the event loop that is to send the rows (it starts its sender there); call

@@ -40,7 +40,8 @@ from typing import Any
 
 from agl._errors import InvalidInputError
 from agl._resources import LLM, Resource
-from agl._trainer import FitResult, Trainer
+from agl._results import FitResult
+from agl._train._trainer import Trainer
 
 __all__ = ["Script", "ScriptRun"]
 
@@ -260,7 +261,7 @@ class Script:
 
     def print_training(self, result: FitResult, run: ScriptRun, out: Any) -> None:
         """Each step's calls and transitions per agent, and the validation reward if any."""
-        from agl._metrics import read_metrics
+        from agl._train._metrics import read_metrics
         from agl.lightning import agent_steps_table
 
         out.print(agent_steps_table(read_metrics(run.run_dir)))

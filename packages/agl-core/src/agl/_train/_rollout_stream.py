@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import JsonValue
 
@@ -21,12 +22,53 @@ from agl._results import RolloutResult, fetch_results
 from agl._rollouts import RolloutConfig, RolloutMode, RolloutRequest, RolloutStatus
 
 if TYPE_CHECKING:
-    from agl._context import AlgorithmContext
+    from agl.store._base import Store
 
-__all__ = ["RolloutStream"]
+__all__ = ["Gateways", "Progress", "ProgressBar", "RolloutStream", "StreamContext"]
 
 _POLL_SECONDS = 0.2
 """How long one wait on the store lasts before the stream looks at its deadline again."""
+
+
+class ProgressBar(Protocol):
+    """One bar of rollouts, advanced as each finishes."""
+
+    def advance(self, result: RolloutResult) -> None:
+        """One more rollout finished."""
+
+
+class Progress(Protocol):
+    """Opens a progress bar of ``total`` rollouts labelled ``label``."""
+
+    def __call__(self, label: str, total: int) -> AbstractContextManager[ProgressBar]: ...
+
+
+class Gateways(Protocol):
+    """The run's gateways (the trainer starts one per set of upstreams, on first use)."""
+
+    async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
+        """Start (or reuse) a gateway in front of ``upstreams``; return its endpoint template."""
+        ...
+
+    async def flush(self) -> None:
+        """Return once every call the gateways recorded so far is in the store."""
+
+
+class StreamContext(Protocol):
+    """What a stream needs of the run's context (:class:`agl.AlgorithmContext` has it all)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def rollout_config(self) -> RolloutConfig: ...
+    @property
+    def resources_id(self) -> str | None: ...
+    @property
+    def progress(self) -> Progress: ...
+    @property
+    def gateways(self) -> Gateways | None: ...
+    @property
+    def totals(self) -> dict[str, int]: ...
 
 
 class RolloutStream:
@@ -36,7 +78,7 @@ class RolloutStream:
         ctx: The run's context (its store, gateways, progress bars and totals).
     """
 
-    def __init__(self, ctx: AlgorithmContext) -> None:
+    def __init__(self, ctx: StreamContext) -> None:
         self._ctx = ctx
         self._groups: list[list[str]] = []  # launched and not taken, in launch order
         self._pending: set[str] = set()  # launched and not finished

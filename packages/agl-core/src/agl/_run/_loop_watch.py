@@ -3,7 +3,7 @@
 A runner's async agents share its event loop: one that blocks it (``time.sleep``, a
 synchronous HTTP call, building a client that loads a CA bundle, CPU-bound work inside
 ``async def``) stalls the runner's other rollouts, its claims and its reports. Its heartbeats
-go on (they have a thread of their own, :mod:`agl._heartbeats`), so without this nothing
+go on (they have a thread of their own, :mod:`agl._run._heartbeats`), so without this nothing
 would tell.
 
 The loop ticks every quarter of the threshold, and a watcher thread checks the ticks as often.
@@ -34,7 +34,7 @@ from agl._rollouts import Claim
 
 __all__ = ["BLOCKED_LOOP_SECONDS", "LoopWatch"]
 
-logger = logging.getLogger("agl._runner")
+logger = logging.getLogger("agl._run._runner")
 
 BLOCKED_LOOP_SECONDS = 1.0
 """How long a runner's event loop may go without a turn before the runner says who held it."""

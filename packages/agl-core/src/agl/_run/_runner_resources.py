@@ -12,9 +12,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from agl._agent import AgentError
 from agl._errors import NotFoundError
 from agl._resources import LLM, Resource, ResourcesUpdate
+from agl._run._agent import AgentError
 
 if TYPE_CHECKING:
     from agl.plugins import PluginManager
