@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -218,59 +218,56 @@ def langchain_adapter() -> None:
     )
 
 
-@pytest.fixture
-def check_one_agent_trained() -> Callable[..., None]:
-    """Check an RL run of two steps that trained ``trained`` and left ``frozen`` alone."""
+def check_one_agent_trained(
+    algorithm: Any,
+    run_dir: Path,
+    trained: str,
+    frozen: str,
+    prompt_marker: str,
+    *,
+    tasks: Sequence[Mapping[str, Any]] = (),
+    frozen_off_gateway: bool = False,
+) -> None:
+    """Check an RL run of two steps that trained ``trained`` and left ``frozen`` alone.
 
-    def check(
-        algorithm: Any,
-        run_dir: Path,
-        trained: str,
-        frozen: str,
-        prompt_marker: str,
-        *,
-        tasks: Sequence[Mapping[str, Any]] = (),
-        frozen_off_gateway: bool = False,
-    ) -> None:
-        """``tasks``: what it trained on (each transition's prompt asks one's ``question``).
-        ``frozen_off_gateway``: the frozen agent calls a model of its own, not through agl's
-        gateway, so its calls have no token ids (and only its calls)."""
-        from transformers import AutoTokenizer
+    ``tasks``: what it trained on (each transition's prompt asks one's ``question``).
+    ``frozen_off_gateway``: the frozen agent calls a model of its own, not through agl's
+    gateway, so its calls have no token ids (and only its calls).
+    """
+    from transformers import AutoTokenizer
 
-        tokenizer: Any = AutoTokenizer.from_pretrained(run_dir / "tiny-model")
-        assert len(algorithm.batches) == 2
-        for batch in algorithm.batches:
-            assert batch is not None
-            report = batch.report
-            # every call joined with the gateway's records on its response id, counted once
-            for note in ("joined_by_order", "gateway_only", "instrumented_only"):
-                if note == "instrumented_only" and frozen_off_gateway:
-                    assert report.notes[note] == report.notes["other_agents_calls"]
-                    continue
-                assert report.notes[note] == 0, (note, report.notes)
-            assert report.notes["other_agents_calls"] >= 1  # the frozen agent's
-            assert len(batch) >= 1
-            # a random-weight model may end a reply at once; every other call is a transition
-            assert len(batch) + report.dropped_calls["empty_response"] == report.calls_seen
-            for transition in batch:
-                assert transition.agent == trained
-                assert transition.response_logprobs is not None
-                assert len(transition.response_logprobs) == len(transition.response_ids) > 0
-                prompt = tokenizer.decode(transition.prompt_ids)
-                assert prompt_marker in prompt
-                assert not tasks or any(task["question"] in prompt for task in tasks)
-        rows = [row for row in agl.read_metrics(run_dir) if "actor/updates" in row]
-        assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
-        assert [row[f"agents/{trained}/calls"] for row in rows] == [
-            b.report.calls_seen for b in algorithm.batches
-        ]
-        assert all(row[f"agents/{frozen}/calls"] >= 1 for row in rows)
-        assert [row[f"agents/{trained}/transitions"] for row in rows] == [
-            len(b) for b in algorithm.batches
-        ]
-        assert not any(f"agents/{frozen}/transitions" in row for row in rows)
-
-    return check
+    tokenizer: Any = AutoTokenizer.from_pretrained(run_dir / "tiny-model")
+    assert len(algorithm.batches) == 2
+    for batch in algorithm.batches:
+        assert batch is not None
+        report = batch.report
+        # every call joined with the gateway's records on its response id, counted once
+        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
+            if note == "instrumented_only" and frozen_off_gateway:
+                assert report.notes[note] == report.notes["other_agents_calls"]
+                continue
+            assert report.notes[note] == 0, (note, report.notes)
+        assert report.notes["other_agents_calls"] >= 1  # the frozen agent's
+        assert len(batch) >= 1
+        # a random-weight model may end a reply at once; every other call is a transition
+        assert len(batch) + report.dropped_calls["empty_response"] == report.calls_seen
+        for transition in batch:
+            assert transition.agent == trained
+            assert transition.response_logprobs is not None
+            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
+            prompt = tokenizer.decode(transition.prompt_ids)
+            assert prompt_marker in prompt
+            assert not tasks or any(task["question"] in prompt for task in tasks)
+    rows = [row for row in agl.read_metrics(run_dir) if "actor/updates" in row]
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+    assert [row[f"agents/{trained}/calls"] for row in rows] == [
+        b.report.calls_seen for b in algorithm.batches
+    ]
+    assert all(row[f"agents/{frozen}/calls"] >= 1 for row in rows)
+    assert [row[f"agents/{trained}/transitions"] for row in rows] == [
+        len(b) for b in algorithm.batches
+    ]
+    assert not any(f"agents/{frozen}/transitions" in row for row in rows)
 
 
 def train_example(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import LLAMA_INDEX_WARNINGS, Example, load, train_example
+from .conftest import LLAMA_INDEX_WARNINGS, Example, check_one_agent_trained, load, train_example
 
 STANDARD_FLAGS = ("--run-dir", "--split", "--endpoint", "--model", "--train", "--steps", "--seed")
 STANDARD_FLAGS += ("--n-runners", "--quiet")
@@ -195,7 +195,6 @@ def test_train_trains_one_agent_and_leaves_the_other(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     recorded_rl: Any,
-    check_one_agent_trained: Any,
 ) -> None:
     example = case.load(request)
     trains = case.trains
