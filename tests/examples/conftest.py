@@ -188,34 +188,23 @@ def crewai_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
 
 
-@pytest.fixture
-def autogen_adapter() -> None:
-    """The AutoGen example traces AutoGen with agl-autogen; without it nothing runs."""
-    pytest.importorskip(
-        "agl_autogen",
-        reason="the example needs the agl-autogen adapter (packages/agl-autogen), which "
-        "names each agent turn's calls after the agent",
-    )
+def _adapter(module: str, names: str) -> Any:
+    """A fixture that skips a test when the adapter it traces its example with is missing."""
+    package = module.replace("_", "-")
+
+    @pytest.fixture
+    def adapter() -> None:
+        reason = (
+            f"the example needs the {package} adapter (packages/{package}), which names {names}"
+        )
+        pytest.importorskip(module, reason=reason)
+
+    return adapter
 
 
-@pytest.fixture
-def agents_adapter() -> None:
-    """The Agents SDK example traces it with agl-openai-agents; without it nothing runs."""
-    pytest.importorskip(
-        "agl_openai_agents",
-        reason="the example needs the agl-openai-agents adapter (packages/agl-openai-agents), "
-        "which names each agent turn's calls after the agent",
-    )
-
-
-@pytest.fixture
-def langchain_adapter() -> None:
-    """The LangGraph example traces LangGraph with agl-langchain; without it nothing runs."""
-    pytest.importorskip(
-        "agl_langchain",
-        reason="the example needs the agl-langchain adapter (packages/agl-langchain), which "
-        "names each LangGraph node's calls after the node",
-    )
+autogen_adapter = _adapter("agl_autogen", "each agent turn's calls after the agent")
+agents_adapter = _adapter("agl_openai_agents", "each agent turn's calls after the agent")
+langchain_adapter = _adapter("agl_langchain", "each LangGraph node's calls after the node")
 
 
 def check_one_agent_trained(
