@@ -1,5 +1,5 @@
 """A gateway with a token lets in only requests that carry it, on every route; the rule and
-the mechanism are the store's (:mod:`agl._server_auth`)."""
+the mechanism are the store's (:mod:`agl._serving._server_auth`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 import agl
 from agl import InvalidInputError, RolloutRequest
-from agl._server_auth import bearer_token
+from agl._serving._server_auth import bearer_token
 from agl.gateway import GatewayServer
 from agl.gateway._serve import check_bind_address
 from agl.store._memory import MemoryStore

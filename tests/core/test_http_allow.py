@@ -1,5 +1,5 @@
-"""A 405 lists every method its path takes (:mod:`agl._http_allow`), on the store server and the
-gateway, each a real server on loopback; the standalone dashboard's is in
+"""A 405 lists every method its path takes (:mod:`agl._serving._http_allow`), on the store
+server and the gateway, each a real server on loopback; the standalone dashboard's is in
 ``tests/dashboard/test_passthrough.py``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from agl._http_allow import METHODS
+from agl._serving._http_allow import METHODS
 from agl.gateway import GatewayServer
 from agl.store._memory import MemoryStore
 from agl.store._serve import StoreServer

@@ -18,7 +18,7 @@ import pytest
 
 import agl
 from agl import RolloutRequest
-from agl._uvicorn import deadline_protocol
+from agl._serving._uvicorn import deadline_protocol
 from agl.testing.ports import free_port
 from agl.testing.processes import Child, Processes
 

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from agl._results import FitResult, RolloutResult
     from agl._run._command_agent import CommandAgent, CommandResult
     from agl._run._runner import Runner
-    from agl._server_thread import ServerThread
+    from agl._serving._server_thread import ServerThread
     from agl._train._algorithm import (
         Algorithm,
         AlgorithmContext,
@@ -91,7 +91,7 @@ _LAZY = {
     "CommandAgent": "agl._run._command_agent",
     "CommandResult": "agl._run._command_agent",
     "DatasetSource": "agl._train._datasets",
-    "ServerThread": "agl._server_thread",
+    "ServerThread": "agl._serving._server_thread",
     "load_tasks": "agl._train._datasets",
     "model_or_env": "agl._train._algorithm",
     "plot_metrics": "agl._train._metrics",

@@ -162,7 +162,7 @@ class LLM(Resource):
         bundle again for its own (25-60 ms of CPU), which an agent that opens a client per
         rollout pays on every rollout, however local its model.
         """
-        from agl._tls import tls_context
+        from agl._serving._tls import tls_context
 
         try:
             import openai

@@ -69,7 +69,7 @@ class RunnerPool:
             return
         url, token = self.store.url, None
         if not url.startswith(("http://", "https://")):
-            from agl._server_thread import require_server_extra
+            from agl._serving._server_thread import require_server_extra
 
             require_server_extra(
                 f"n_runners={self.count} serves the store to the runner processes over HTTP"

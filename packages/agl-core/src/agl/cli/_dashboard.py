@@ -21,7 +21,7 @@ def dashboard_command(
     """Serve the dashboard for a store server (read-only; the store's token, if it has one,
     is asked for in the browser and passed on)."""
     try:
-        from agl._server_thread import require_server_extra
+        from agl._serving._server_thread import require_server_extra
 
         require_server_extra("agl dashboard")
         if not store.startswith(("http://", "https://")):
@@ -39,7 +39,7 @@ def dashboard_command(
         console.print(
             f"[bold]agl dashboard[/] for [cyan]{store}[/] on http://{host}:{port}", soft_wrap=True
         )
-        from agl._uvicorn import run
+        from agl._serving._uvicorn import run
 
         run(create_dashboard_app(store), host=host, port=port, log_level=log_level)
     except AglError as exc:

@@ -9,7 +9,7 @@ import typer
 
 from agl._errors import AglError, InvalidInputError
 from agl._secrets import secret_option
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
+from agl._serving._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
 from agl.cli._common import BodyTimeoutOption, HeaderTimeoutOption, console, fail
 
 gateway_app = typer.Typer(help="Run the LLM gateway.", no_args_is_help=True)
@@ -102,7 +102,7 @@ def gateway_serve(
     (--token-file, --store-token-file, --upstream-api-key-file) or an environment variable.
     """
     try:
-        from agl._server_thread import require_server_extra
+        from agl._serving._server_thread import require_server_extra
 
         require_server_extra("agl gateway serve")
         token = secret_option(token, token_file, option="--token", file_option="--token-file")

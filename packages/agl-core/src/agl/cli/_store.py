@@ -10,7 +10,7 @@ import typer
 
 from agl._errors import AglError
 from agl._secrets import secret_option
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
+from agl._serving._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT
 from agl.cli._common import (
     BodyTimeoutOption,
     HeaderTimeoutOption,
@@ -68,7 +68,7 @@ def store_serve(
     ~/.pgpass), with no password in the --db URL.
     """
     try:
-        from agl._server_thread import require_server_extra
+        from agl._serving._server_thread import require_server_extra
 
         require_server_extra("agl store serve")
         token = secret_option(token, token_file, option="--token", file_option="--token-file")

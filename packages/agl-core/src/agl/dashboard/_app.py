@@ -23,9 +23,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from agl._errors import AglError, NotFoundError
-from agl._http_allow import refuse_methods
 from agl._ids import id_problem, shown
-from agl._server_auth import bearer_token
+from agl._serving._http_allow import refuse_methods
+from agl._serving._server_auth import bearer_token
 from agl.dashboard._views import create_views
 from agl.store._base import Store
 

@@ -42,9 +42,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agl._errors import AglError, InvalidInputError, NotFoundError
-from agl._http_allow import refuse_methods
 from agl._ids import PathId, check_id
-from agl._server_auth import BearerTokenMiddleware
+from agl._serving._http_allow import refuse_methods
+from agl._serving._server_auth import BearerTokenMiddleware
 from agl.gateway import _forward as forward
 from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths

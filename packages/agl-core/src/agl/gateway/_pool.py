@@ -28,7 +28,7 @@ class GatewayPool:
 
     async def start(self, upstreams: list[str], enforce_resources: bool) -> str:
         """The endpoint template of the gateway in front of ``upstreams`` (started if new)."""
-        from agl._server_thread import require_server_extra
+        from agl._serving._server_thread import require_server_extra
 
         require_server_extra("serving an LLM through agl's gateway (ctx.serve_llm)")
         from agl.gateway._serve import GatewayServer

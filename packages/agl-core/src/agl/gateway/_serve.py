@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agl import _server_auth as server_auth
-from agl._server_thread import ServerThread
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
+from agl._serving import _server_auth as server_auth
+from agl._serving._server_thread import ServerThread
+from agl._serving._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
 from agl.gateway import _paths as paths
 from agl.gateway._app import Gateway
 from agl.store._base import Store
@@ -17,7 +17,7 @@ __all__ = ["GatewayServer", "check_bind_address", "serve"]
 
 
 def check_bind_address(host: str, token: str | None) -> None:
-    """Refuse to bind a non-loopback address without a token (see :mod:`agl._server_auth`).
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl._serving._server_auth`).
 
     Raises:
         InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.
@@ -98,7 +98,8 @@ def serve(
     **options: Any,
 ) -> None:
     """Serve the gateway until interrupted (refused beyond loopback without a ``token``);
-    ``header_timeout`` and ``body_timeout`` bound half-sent requests (:mod:`agl._uvicorn`)."""
+    ``header_timeout`` and ``body_timeout`` bound half-sent requests
+    (:mod:`agl._serving._uvicorn`)."""
 
     check_bind_address(host, token)
     opened = open_store(store) if isinstance(store, str) else store

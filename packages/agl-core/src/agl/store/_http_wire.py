@@ -96,8 +96,8 @@ def decode(status: int, body: bytes) -> Any:
 
 def ssl_context() -> Any:
     """Verify servers against certifi's roots, as httpx (the client before aiohttp) did: the
-    process's one context (:func:`agl._tls.tls_context`)."""
-    from agl._tls import tls_context
+    process's one context (:func:`agl._serving._tls.tls_context`)."""
+    from agl._serving._tls import tls_context
 
     return tls_context()
 

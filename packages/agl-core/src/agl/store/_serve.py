@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl import _server_auth as server_auth
-from agl._server_thread import ServerThread
-from agl._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
+from agl._serving import _server_auth as server_auth
+from agl._serving._server_thread import ServerThread
+from agl._serving._uvicorn import BODY_TIMEOUT, HEADER_TIMEOUT, run
 from agl.store._base import Store
 from agl.store._open import open_store
 from agl.store._server import DEFAULT_MAX_BODY_BYTES, create_app
@@ -21,7 +21,7 @@ DEFAULT_PORT = 4747
 
 
 def check_bind_address(host: str, token: str | None) -> None:
-    """Refuse to bind a non-loopback address without a token (see :mod:`agl._server_auth`).
+    """Refuse to bind a non-loopback address without a token (see :mod:`agl._serving._server_auth`).
 
     Raises:
         InvalidInputError: ``host`` is reachable from other machines and ``token`` is empty.
@@ -44,7 +44,7 @@ def serve(
     """Serve the store at ``db`` (a URL of one of core's stores, or a store, which it closes at
     the end) until interrupted (SIGINT/SIGTERM stop it cleanly); with ``dashboard``, the
     dashboard at ``/``. ``header_timeout`` and ``body_timeout`` bound half-sent requests
-    (:mod:`agl._uvicorn`)."""
+    (:mod:`agl._serving._uvicorn`)."""
 
     check_bind_address(host, token)
     store = open_store(db) if isinstance(db, str) else db

@@ -41,7 +41,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from agl._server_auth import BearerTokenMiddleware
+from agl._serving._server_auth import BearerTokenMiddleware
 from agl.store._base import Store
 from agl.store._server_bodies import ErrorBody, SpansBody
 from agl.store._server_errors import (

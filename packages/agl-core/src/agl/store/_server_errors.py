@@ -21,8 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from agl._errors import AglError, InvalidInputError
-from agl._http_allow import allow_header
 from agl._ids import shown as shown_id
+from agl._serving._http_allow import allow_header
 from agl.store._full import RETRY_AFTER_SECONDS
 
 __all__ = [

@@ -69,7 +69,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agl._server_thread import ServerThread
+from agl._serving._server_thread import ServerThread
 from agl.openai_wire import (
     WEIGHT_VERSION_HEADER,
     WIRES,

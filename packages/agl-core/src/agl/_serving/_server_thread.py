@@ -69,7 +69,7 @@ class ServerThread(abc.ABC):
         """Start serving; return :attr:`base_url` once the server accepts connections."""
         import uvicorn
 
-        from agl._uvicorn import uvicorn_config
+        from agl._serving._uvicorn import uvicorn_config
 
         config = uvicorn_config(
             self.create_app(), host=self.host, port=self.port, log_level=self.log_level
