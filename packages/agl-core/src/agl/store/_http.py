@@ -36,6 +36,7 @@ from agl._secrets import env_secret
 from agl._spans import Span
 from agl.store._base import ClosingStore, StoreStatistics
 from agl.store._checks import MAX_ENQUEUE, SPAN_PAGE_SIZE, as_list, as_resources
+from agl.store._engine_queries import check_page
 from agl.store._http_transport import HttpTransport
 from agl.store._http_wire import (
     BodyTooLargeError,
@@ -162,6 +163,10 @@ class HttpStore(ClosingStore):
     async def _query_rollouts(self, where: RolloutFilter, limit: int, offset: int) -> RolloutPage:
         # The filter was checked here (an id too long for a URL would not reach the server);
         # the page is checked by the server, which names a bad one (422).
+        if where.statuses is not None and not where.statuses:
+            # No status matches nothing, as in every store; the URL cannot say "no status".
+            check_page(limit, offset)
+            return RolloutPage(rollouts=[], total=0, offset=offset, next_offset=None)
         params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
         params.extend(("status", status.value) for status in where.statuses or ())
         optional = {

@@ -211,6 +211,10 @@ class StoreRolloutRules:
         assert [r.input for r in preparing.rollouts] == [0, 1, 2]
         both = await store.query_rollouts(status=[RolloutStatus.PREPARING, RolloutStatus.QUEUING])
         assert both.total == 10
+        nothing = await store.query_rollouts(status=[])  # no status: no rollout is in one
+        assert (nothing.total, nothing.rollouts, nothing.next_offset) == (0, [], None)
+        with pytest.raises(InvalidInputError):
+            await store.query_rollouts(status=[], limit=0)
         val = await store.query_rollouts(mode="val", status=RolloutStatus.QUEUING)
         assert [r.input for r in val.rollouts] == [4, 6, 8]
         with pytest.raises(InvalidInputError):
