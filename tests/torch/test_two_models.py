@@ -41,6 +41,24 @@ async def write_then_check(task: dict[str, Any], llm: agl.LLM, checker_llm: agl.
     return (min(len(draft), 12) + min(len(verdict), 12)) / 24
 
 
+TASKS = [{"q": "a fox"}, {"q": "the sea"}, {"q": "a story"}, {"q": "numbers"}]
+
+
+def _fit(algorithm: Any, agent: Any, tmp_path: Path) -> agl.FitResult:
+    """Train ``algorithm`` on the four tasks, the run in ``tmp_path / "run"``."""
+    trainer = agl.Trainer(
+        algorithm,
+        store=f"sqlite:///{tmp_path / 'store.db'}",
+        run_dir=tmp_path / "run",
+        instrument=["openai"],
+        concurrency=8,
+        progress=False,
+        console=False,
+        plot=False,
+    )
+    return trainer.fit(agent, TASKS)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("max_staleness", [0, 1])
@@ -67,18 +85,7 @@ def test_two_models_train_at_once_each_on_its_own_agents_calls(
 
     writer, checker = algorithm("writer", "llm"), algorithm("checker", "checker_llm")
     run_dir = tmp_path / "run"
-    trainer = agl.Trainer(
-        {"writer": writer, "checker": checker},
-        store=f"sqlite:///{tmp_path / 'store.db'}",
-        run_dir=run_dir,
-        instrument=["openai"],
-        concurrency=8,
-        progress=False,
-        console=False,
-        plot=False,
-    )
-    tasks = [{"q": "a fox"}, {"q": "the sea"}, {"q": "a story"}, {"q": "numbers"}]
-    result = trainer.fit(write_then_check, tasks)
+    result = _fit({"writer": writer, "checker": checker}, write_then_check, tmp_path)
     assert result.totals["succeeded"] == 8
 
     # each model learned, once per step
@@ -155,18 +162,7 @@ def test_a_per_agent_runs_staleness_reaches_the_learner(tmp_path: Path) -> None:
     per_agent = agl.PerAgent({"writer": writer, "*": None}, max_staleness=1)
     assert writer.loop.max_staleness == 0
     run_dir = tmp_path / "run"
-    trainer = agl.Trainer(
-        per_agent,
-        store=f"sqlite:///{tmp_path / 'store.db'}",
-        run_dir=run_dir,
-        instrument=["openai"],
-        concurrency=8,
-        progress=False,
-        console=False,
-        plot=False,
-    )
-    tasks = [{"q": "a fox"}, {"q": "the sea"}, {"q": "a story"}, {"q": "numbers"}]
-    result = trainer.fit(write, tasks)
+    result = _fit(per_agent, write, tmp_path)
     assert result.totals["succeeded"] == 8
     assert writer.policy is not None
     assert writer.policy.learner is not None
