@@ -28,6 +28,7 @@ import agl
 from agl import LLM, AttemptStatus, RolloutConfig, RolloutRequest, Runner, semconv
 from agl._results import fetch_results
 from agl.gateway import GatewayServer
+from agl.lightning import extract_calls
 from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, decode, echo
 
@@ -180,6 +181,8 @@ async def test_each_rollout_runs_the_program_in_a_fresh_directory_through_the_ga
         assert isinstance(response_ids, list)
         assert str(result.rollout.input) in decode(prompt_ids)  # type: ignore[arg-type]
         assert decode(response_ids) == f"ok: {result.rollout.input}"  # type: ignore[arg-type]
+        # the call is the agent's: a table per agent or an algorithm map finds it by name
+        assert [call.agent for call in extract_calls(result.spans).calls] == [agent.name]
     env = facts[0]["env"]
     if harness == "claude-code":
         assert env["ANTHROPIC_BASE_URL"] == facts[0]["url"].removesuffix("/v1/messages?beta=true")

@@ -26,7 +26,8 @@ For each rollout, :class:`CommandAgent`:
    Any other program gets ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL``;
 4. runs it in its own process group with ``timeout`` (killing the whole group when it passes,
    or when the rollout itself is timed out or cancelled), keeping the last ``output_limit``
-   bytes of stdout and stderr;
+   bytes of stdout and stderr, inside an :class:`agl.agent_span` named ``name``: the
+   program's calls are that agent's (a table per agent, ``algorithm={name: ...}``);
 5. records the :class:`CommandResult` on the rollout (``agl.emit_object``), and returns what
    ``reward(result)`` says (by default 1.0 for exit status 0 within the time, else 0.0), which
    the runner records as the rollout's reward;
@@ -138,7 +139,8 @@ class CommandAgent(LitAgent):
         kill_grace: Seconds between SIGTERM and SIGKILL when ``timeout`` passes.
         keep_workdir: Keep each rollout's directory (its path is on the recorded result).
         workdir_root: Where to make the directories (the system's temporary directory).
-        name: The agent's name in traces (``command[0]``'s program name by default).
+        name: The agent's name in traces, which its LLM calls are attributed to
+            (``command[0]``'s program name by default).
     """
 
     def __init__(
@@ -192,12 +194,13 @@ class CommandAgent(LitAgent):
         self, task: Any, llm: LLM | None = None, attempt: Attempt | None = None
     ) -> Any:
         """Run the command on ``task`` with ``llm`` and return its reward."""
-        from agl._run._emitters import emit_object
+        from agl._run._emitters import agent_span, emit_object
 
         label = attempt.attempt_id if attempt is not None else "command"
         root = Path(tempfile.mkdtemp(prefix=f"agl-{label}-", dir=self.workdir_root))
         try:
-            result = await self._run(task, llm, root)
+            with agent_span(self.name):  # the program's calls are this agent's
+                result = await self._run(task, llm, root)
             emit_object(result, require_rollout=False)
             value = self.reward(result)
             return await value if inspect.isawaitable(value) else value
