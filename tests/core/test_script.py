@@ -15,6 +15,9 @@ import openai
 import pytest
 
 import agl
+from agl import semconv
+from agl.lightning import extract_calls
+from agl.testing.gateway_rollouts import spans_of_type
 from agl.testing.openai_server import OpenAIServer, echo, text_reply
 
 
@@ -76,6 +79,36 @@ def test_endpoint_and_split_choose_the_model_and_the_tasks(
         assert {request.body["model"] for request in server.requests} == {"m"}
     assert [r.reward for r in result.results] == [1.0] * 4
     assert "over 4 tasks" in capsys.readouterr().out
+
+
+def test_gateway_records_the_dev_runs_calls_with_the_engines_token_ids(tmp_path: Path) -> None:
+    """An agent no instrumentor sees (a program) is seen by the gateway only: ``gateway=True``
+    serves the dev run's model through it, as training serves the model it trains."""
+    runs = {}
+    for gateway in (False, True):
+        run_dir = tmp_path / f"gateway-{gateway}"
+        runs[gateway] = script(gateway=gateway).main(["--run-dir", str(run_dir), "--quiet"])
+    for gateway, result in runs.items():
+        assert [r.reward for r in result.results] == [1.0, 0.0]
+        for outcome in result.results:
+            [call] = extract_calls(outcome.spans).calls
+            assert call.agent == "parrot"
+            recorded = spans_of_type(outcome.spans, semconv.SPAN_TYPE_GATEWAY)
+            assert len(recorded) == (1 if gateway else 0)
+            assert bool(call.prompt_ids and call.response_ids) == gateway
+
+
+def test_the_stand_in_refuses_prompts_longer_than_its_context(tmp_path: Path) -> None:
+    result = script(max_model_len=8).main(["--run-dir", str(tmp_path / "run"), "--quiet"])
+    assert all(not r.succeeded for r in result.results)
+    assert all("maximum context length is 8 tokens" in str(r.error) for r in result.results)
+
+
+def test_a_gateway_dev_run_needs_a_model_to_serve(tmp_path: Path) -> None:
+    trainer = agl.Trainer(run_dir=tmp_path, console=False, progress=False, plot=False)
+    with pytest.raises(agl.InvalidInputError, match="has none") as error:
+        trainer.dev(parrot, questions("val"), gateway=True)
+    assert error.value.field == "gateway"
 
 
 def test_train_runs_the_algorithm_with_the_scripts_options(

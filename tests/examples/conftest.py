@@ -266,7 +266,7 @@ def train_example(
     ``algorithm`` (a recording LightningRLTorch) in place of LightningRLTorch: ``algorithms``
     names the example's function that maps its agents to algorithms."""
     script = run.SCRIPT
-    with script.model(None, "stand-in", "train") as llm:
+    with script.model(None, "stand-in", script.tasks("train")) as llm:
         settings = agl.ScriptRun(
             run_dir=run_dir, split="train", tasks=list(tasks), steps=2, console=False, llm=llm
         )

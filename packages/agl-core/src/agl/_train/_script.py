@@ -93,6 +93,12 @@ class Script:
         stand_in: Builds a scripted stand-in for a model from the tasks (a handler for
             :class:`agl.testing.openai_server.OpenAIServer`), served when no ``--endpoint``
             is given: the script then runs with nothing else installed.
+        max_model_len: The stand-in's context, in tokens (a coding program's prompts, with
+            its tools and instructions, need more than the default).
+        gateway: Serve the model through agl's gateway in the dev run too
+            (:meth:`Trainer.dev`'s ``gateway``), as training serves the model it trains: the
+            calls are then recorded with the engine's token ids, and seen at all where no
+            instrumentor sees them (an agent that is a program: :class:`agl.CommandAgent`).
         resources: The resources a training run publishes beside the algorithm's (the model
             of an agent that stays frozen, say: ``lambda run: {"checker_llm": run.llm}``; a
             None there, for want of a model, is refused naming it); a dev run publishes
@@ -111,6 +117,8 @@ class Script:
     algorithm: Callable[[ScriptRun], Any] | None = None
     train: Callable[[ScriptRun], FitResult] | None = None
     stand_in: Callable[[Sequence[Any]], Any] | None = None
+    max_model_len: int = 8192
+    gateway: bool = False
     resources: Callable[[ScriptRun], Mapping[str, Resource | None]] | None = None
     steps: int = 3
     trained: str = ""
@@ -151,12 +159,13 @@ class Script:
         standard = {"run_dir", "split", "endpoint", "model", "train", "steps", "seed"}
         standard |= {"n_runners", "quiet"}
         split = args.split or ("train" if args.train else "val")
+        tasks = list(self.tasks(split))
         out = Console()
-        with self.model(args.endpoint, args.model, split) as llm:
+        with self.model(args.endpoint, args.model, tasks) as llm:
             run = ScriptRun(
                 run_dir=args.run_dir,
                 split=split,
-                tasks=list(self.tasks(split)),
+                tasks=tasks,
                 steps=args.steps,
                 seed=args.seed,
                 llm=llm,
@@ -178,8 +187,8 @@ class Script:
         return result
 
     @contextlib.contextmanager
-    def model(self, endpoint: str | None, model: str, split: str) -> Iterator[LLM | None]:
-        """The model the agents call: ``endpoint``'s, else the stand-in served for the run."""
+    def model(self, endpoint: str | None, model: str, tasks: Sequence[Any]) -> Iterator[LLM | None]:
+        """The model the agents call: ``endpoint``'s, else the stand-in served for ``tasks``."""
         if endpoint is not None:
             yield LLM(endpoint=endpoint, model=model)
         elif self.stand_in is None:
@@ -187,7 +196,8 @@ class Script:
         else:
             from agl.testing.openai_server import OpenAIServer
 
-            with OpenAIServer(self.stand_in(list(self.tasks(split)))) as server:
+            handler = self.stand_in(list(tasks))
+            with OpenAIServer(handler, max_model_len=self.max_model_len) as server:
                 yield LLM(endpoint=server.url, model=model)
 
     # --- the runs -----------------------------------------------------------------------------
@@ -201,8 +211,8 @@ class Script:
         console: Any = True,
         n_runners: int = 1,
     ) -> FitResult:
-        """Run the agent once over ``tasks`` with ``llm`` (published as ``"llm"``); nothing is
-        trained."""
+        """Run the agent once over ``tasks`` with ``llm`` (published as ``"llm"``, through
+        agl's gateway with :attr:`gateway`); nothing is trained."""
         trainer = Trainer(
             run_dir=run_dir,
             resources={"llm": llm},
@@ -213,7 +223,7 @@ class Script:
             progress=console is not False,
             plot=False,
         )
-        return trainer.dev(self.agent, list(tasks))
+        return trainer.dev(self.agent, list(tasks), gateway=self.gateway)
 
     def fit(self, run: ScriptRun) -> FitResult:
         """Train: the script's own ``train``, or a :class:`Trainer` with its ``algorithm``."""

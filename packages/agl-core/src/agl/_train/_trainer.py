@@ -40,11 +40,12 @@ from rich.console import Console
 
 from agl._errors import AglError, InvalidInputError
 from agl._resources import Resource
-from agl._results import FitResult, RolloutResult
+from agl._results import FitResult
 from agl._rollouts import DEFAULT_UNRESPONSIVE_SECONDS, AttemptStatus, RolloutConfig, RolloutMode
 from agl._run._agent import LitAgent, as_agent
 from agl._train._algorithm import Algorithm, AlgorithmContext, Baseline, RunState, StepAlgorithm
 from agl._train._datasets import DatasetSource, load_tasks
+from agl._train._dev import DevRun
 from agl._train._run_console import ProgressBars, dev_table, print_summary
 from agl._train._runner_pool import RunnerPool
 from agl.gateway._pool import GatewayPool
@@ -170,24 +171,41 @@ class Trainer:
         return await self._session(lit, self.algorithm, train, val)
 
     def dev(
-        self, agent: Any, dataset: DatasetSource, *, mode: RolloutMode = "train", n: int = 1
+        self,
+        agent: Any,
+        dataset: DatasetSource,
+        *,
+        mode: RolloutMode = "train",
+        n: int = 1,
+        gateway: bool = False,
     ) -> FitResult:
         """Run ``agent`` once over ``dataset`` without training; print every rollout's outcome.
 
         The table shows each rollout's reward, error and LLM calls; the result holds them too.
+        ``gateway=True`` serves the trainer's LLM resources through agl's gateway, as a training
+        run serves the model it trains: every call is then recorded with the engine's token
+        ids, also the calls of an agent that no instrumentor sees (a program such as Claude
+        Code, :class:`agl.CommandAgent`).
         """
-        result: FitResult = _run_sync(self.dev_async(agent, dataset, mode=mode, n=n))
+        dev = self.dev_async(agent, dataset, mode=mode, n=n, gateway=gateway)
+        result: FitResult = _run_sync(dev)
         return result
 
     async def dev_async(
-        self, agent: Any, dataset: DatasetSource, *, mode: RolloutMode = "train", n: int = 1
+        self,
+        agent: Any,
+        dataset: DatasetSource,
+        *,
+        mode: RolloutMode = "train",
+        n: int = 1,
+        gateway: bool = False,
     ) -> FitResult:
         """:meth:`dev`, for code already running an event loop."""
         lit = as_agent(agent)
         tasks = load_tasks(dataset)
         if not tasks:
             raise InvalidInputError("the dataset is empty", field="dataset")
-        algorithm = _Dev(mode, n)
+        algorithm = DevRun(mode, n, gateway)
         result = await self._session(lit, algorithm, tasks, [])
         result.results = algorithm.results
         if self.console is not None:
@@ -290,25 +308,6 @@ class Trainer:
     def _say(self, message: str) -> None:
         if self.console is not None:
             self.console.print(message, soft_wrap=True)
-
-
-class _Dev(Algorithm):
-    """Runs the tasks once (``Trainer.dev``) and keeps the results."""
-
-    name = "dev"
-
-    def __init__(self, mode: RolloutMode, n: int) -> None:
-        self.mode: RolloutMode = mode
-        self.n = n
-        self.results: list[RolloutResult] = []
-
-    async def run(self, ctx: AlgorithmContext) -> None:
-        from agl._train._algorithm import reward_metrics
-
-        self.results = await ctx.run_rollouts(
-            ctx.train_tasks, mode=self.mode, n=self.n, description="dev"
-        )
-        ctx.log(0, reward_metrics(self.results))
 
 
 # --- helpers ------------------------------------------------------------------------------------
