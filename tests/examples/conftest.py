@@ -1,5 +1,6 @@
 """What the examples' tests share: loading an example's modules, an agl-torch algorithm that
-keeps what it trained on, and the checks of an RL run that trains one agent of several."""
+keeps what it trained on, the checks of an RL run that trains one agent of several, and the
+programs the CLI agents example runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -186,6 +189,48 @@ def crewai_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "each task's calls after its agent",
     )
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
+
+
+def cli_packages() -> dict[str, str]:
+    """The npm package of each program the CLI agents example runs, by its command name, at
+    the version agl names in its install hints (``setup.sh`` installs the same)."""
+    agents = load("cli_agents").cli_programs.CliAgents().agents.values()
+    return {a.harness.executable: a.harness.install.split()[-1] for a in agents}
+
+
+@pytest.fixture
+def cli_programs(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Claude Code and the Codex CLI on ``PATH``: the folder that holds them.
+
+    Installed with npm once (about 400 MB) into a cache folder, ``$AGL_CLI_AGENTS_CACHE``, else
+    ``~/.cache/agl-tests/cli-agents``; the test is skipped where npm is missing.
+    """
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: the example's programs install with npm")
+    default = Path.home() / ".cache" / "agl-tests" / "cli-agents"
+    cache = Path(os.environ.get("AGL_CLI_AGENTS_CACHE", default))
+    bin_dir = cache / "node_modules" / ".bin"
+    packages = cli_packages()
+    versions = {name: package.rsplit("@", 1)[1] for name, package in packages.items()}
+    if not all(_version(bin_dir / name).startswith(v) for name, v in versions.items()):
+        cache.mkdir(parents=True, exist_ok=True)
+        install = ["npm", "install", "--prefix", str(cache), "--no-audit", "--no-fund"]
+        subprocess.run(
+            [*install, *packages.values()],
+            check=True,
+            timeout=600,
+        )
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return bin_dir
+
+
+def _version(program: Path) -> str:
+    if not program.exists():
+        return ""
+    done = subprocess.run(
+        [program, "--version"], check=False, capture_output=True, text=True, timeout=60
+    )
+    return done.stdout.strip().removeprefix("codex-cli ")
 
 
 def _adapter(module: str, names: str) -> Any:

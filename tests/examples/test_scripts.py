@@ -2,9 +2,10 @@
 
 Each example's own tests (its data and reward, its stand-in's plan, its spans and tools, its
 learning) are in its own file; here each is one :class:`Case`: the default run prints the table
-per agent (against the example's scripted stand-in), ``--help`` lists the standard flags and the
-example's own, and (slow) ``--train`` trains the one agent its algorithm map names for two steps
-on a tiny model built in code, for the examples whose training is the standard one.
+per agent (against the example's scripted stand-in; slow where its agents are real programs),
+``--help`` lists the standard flags and the example's own, and (slow) ``--train`` trains the
+one agent its algorithm map names for two steps on a tiny model built in code, for the
+examples whose training is the standard one.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class Case:
 
     ``rows``: its default run's table, each agent's calls, rollouts and mean reward; ``mean``:
     the line under it. ``needs``: the modules it cannot run without (skipped when one is
-    missing); ``fixtures``: those it needs set up (its framework's adapter).
+    missing); ``fixtures``: those it needs set up (its framework's adapter); ``programs``: the
+    fixture that puts the programs its agent runs on ``PATH`` (its default run is then slow).
+    ``trained_in``: the file that tests its standard ``--train``, where :class:`Trains` does
+    not fit.
     """
 
     name: str
@@ -52,11 +56,13 @@ class Case:
     fixtures: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     trains: Trains | None = None
+    programs: str = ""
+    trained_in: str = ""
 
-    def load(self, request: pytest.FixtureRequest) -> Example:
+    def load(self, request: pytest.FixtureRequest, *, running: bool = False) -> Example:
         for module in self.needs:
             pytest.importorskip(module, reason=f"the {self.name} example needs {module}")
-        for fixture in self.fixtures:
+        for fixture in self.fixtures + ((self.programs,) if running and self.programs else ()):
             request.getfixturevalue(fixture)
         return load(self.name)
 
@@ -70,6 +76,16 @@ def _crewai_calls_again_after_an_empty_reply(batches: Sequence[Any]) -> None:
 
 
 CASES = [
+    Case(
+        "cli_agents",
+        needs=(),
+        programs="cli_programs",
+        # the stand-in writes a wrong line on every second task: codex's, here
+        rows={"claude": ["2", "1", "1.000"], "codex": ["2", "1", "0.000"]},
+        mean="mean reward 0.500 over 2 tasks",
+        flags=("--samples",),
+        trained_in="test_cli_agents.py",  # it trains on every agent's calls
+    ),
     Case(
         "agent_framework_weather",
         needs=("agl_agent_framework",),
@@ -145,12 +161,21 @@ CASES = [
 ]
 
 
-def _params(cases: Sequence[Case]) -> list[Any]:
+def _params(cases: Sequence[Case], *, running: bool = False) -> list[Any]:
     marks = {"llama_index_docs": LLAMA_INDEX_WARNINGS}
-    return [pytest.param(case, id=case.name, marks=marks.get(case.name, [])) for case in cases]
+    # a run of real programs: slow, and the first installs them
+    programs = [pytest.mark.slow, pytest.mark.timeout(900)]
+    return [
+        pytest.param(
+            case,
+            id=case.name,
+            marks=marks.get(case.name, []) + (programs if running and case.programs else []),
+        )
+        for case in cases
+    ]
 
 
-@pytest.mark.parametrize("case", _params(CASES))
+@pytest.mark.parametrize("case", _params(CASES, running=True))
 def test_the_default_run_prints_the_table_per_agent(
     case: Case,
     request: pytest.FixtureRequest,
@@ -158,7 +183,7 @@ def test_the_default_run_prints_the_table_per_agent(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    example = case.load(request)
+    example = case.load(request, running=True)
     monkeypatch.setenv("COLUMNS", "200")  # the table is read here: its terminal is this wide
     with example.own_stand_in():
         example.run.SCRIPT.main(["--run-dir", str(tmp_path / "run"), "--quiet"])
@@ -184,7 +209,8 @@ def test_help_lists_the_standard_flags_and_the_examples_own(
     flags = set(re.findall(r"--[a-z][a-z-]*", capsys.readouterr().out))
     assert flags == {"--help", *STANDARD_FLAGS, *case.flags}
     # the table trains every example whose training is the standard one, and only those
-    assert (example.run.SCRIPT.algorithm is not None) == (case.trains is not None)
+    trained = case.trains is not None or bool(case.trained_in)
+    assert (example.run.SCRIPT.algorithm is not None) == trained
 
 
 @pytest.mark.slow
