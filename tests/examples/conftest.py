@@ -1,6 +1,6 @@
 """What the examples' tests share: loading an example's modules, an agl-torch algorithm that
-keeps what it trained on, the checks of an RL run that trains one agent of several, and the
-programs the CLI agents example runs."""
+keeps what it trained on, the checks of an RL run's batches (and of one that trains one agent
+of several), and the programs the CLI agents example runs."""
 
 from __future__ import annotations
 
@@ -252,6 +252,56 @@ agents_adapter = _adapter("agl_openai_agents", "each agent turn's calls after th
 langchain_adapter = _adapter("agl_langchain", "each LangGraph node's calls after the node")
 
 
+def check_rl_batches(
+    algorithm: Any,
+    run_dir: Path,
+    model: Path,
+    prompts: Mapping[str, Sequence[str]],
+    *,
+    absent: Sequence[str] = (),
+    asked: Sequence[str] = (),
+    off_gateway: int | None = 0,
+) -> list[dict[str, Any]]:
+    """Check an RL run of two steps batch by batch; return the two steps' metrics rows.
+
+    ``algorithm`` keeps each step's transitions (:func:`recorded_rl`); ``model`` is the
+    policy's folder (its tokenizer decodes the prompts). Each step updated the policy once, on
+    transitions of the agents in ``prompts`` only, each with its response's logprobs and a
+    prompt that holds every text ``prompts`` gives its agent, none of ``absent`` and, when
+    given, one of ``asked`` (the tasks' questions). Every call joined with the gateway's
+    record on its response id, but ``off_gateway`` calls made on a model of their own (None:
+    as many as the other agents' calls); every call is a transition but the empty replies a
+    random-weight model may give.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(model)
+    rows = [row for row in agl.read_metrics(run_dir) if "actor/updates" in row]
+    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
+    assert len(algorithm.batches) == 2
+    for row, batch in zip(rows, algorithm.batches, strict=True):
+        assert batch is not None
+        report = batch.report
+        for note in ("joined_by_order", "gateway_only"):
+            assert report.notes[note] == 0, (note, report.notes)
+        alone = report.notes["other_agents_calls"] if off_gateway is None else off_gateway
+        assert report.notes["instrumented_only"] == alone, report.notes
+        assert len(batch) + report.dropped_calls["empty_response"] == report.calls_seen
+        by_agent = Counter(transition.agent for transition in batch)
+        assert set(by_agent) <= set(prompts), by_agent
+        assert {a: row.get(f"agents/{a}/transitions", 0) for a in prompts} == {
+            a: by_agent[a] for a in prompts
+        }
+        for transition in batch:
+            assert transition.response_logprobs is not None
+            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
+            prompt = tokenizer.decode(transition.prompt_ids)
+            assert all(text in prompt for text in prompts[transition.agent])
+            assert not any(text in prompt for text in absent)
+            assert not asked or any(question in prompt for question in asked)
+    return rows
+
+
 def check_one_agent_trained(
     algorithm: Any,
     run_dir: Path,
@@ -262,46 +312,27 @@ def check_one_agent_trained(
     tasks: Sequence[Mapping[str, Any]] = (),
     frozen_off_gateway: bool = False,
 ) -> None:
-    """Check an RL run of two steps that trained ``trained`` and left ``frozen`` alone.
+    """Check an RL run of two steps that trained ``trained`` and left ``frozen`` alone
+    (:func:`check_rl_batches`, the policy in ``run_dir/tiny-model``).
 
     ``tasks``: what it trained on (each transition's prompt asks one's ``question``).
     ``frozen_off_gateway``: the frozen agent calls a model of its own, not through agl's
     gateway, so its calls have no token ids (and only its calls).
     """
-    from transformers import AutoTokenizer
-
-    tokenizer: Any = AutoTokenizer.from_pretrained(run_dir / "tiny-model")
-    assert len(algorithm.batches) == 2
-    for batch in algorithm.batches:
-        assert batch is not None
-        report = batch.report
-        # every call joined with the gateway's records on its response id, counted once
-        for note in ("joined_by_order", "gateway_only", "instrumented_only"):
-            if note == "instrumented_only" and frozen_off_gateway:
-                assert report.notes[note] == report.notes["other_agents_calls"]
-                continue
-            assert report.notes[note] == 0, (note, report.notes)
-        assert report.notes["other_agents_calls"] >= 1  # the frozen agent's
+    rows = check_rl_batches(
+        algorithm,
+        run_dir,
+        run_dir / "tiny-model",
+        {trained: [prompt_marker]},
+        asked=[task["question"] for task in tasks],
+        off_gateway=None if frozen_off_gateway else 0,
+    )
+    for row, batch in zip(rows, algorithm.batches, strict=True):
+        assert batch.report.notes["other_agents_calls"] >= 1  # the frozen agent's
         assert len(batch) >= 1
-        # a random-weight model may end a reply at once; every other call is a transition
-        assert len(batch) + report.dropped_calls["empty_response"] == report.calls_seen
-        for transition in batch:
-            assert transition.agent == trained
-            assert transition.response_logprobs is not None
-            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
-            prompt = tokenizer.decode(transition.prompt_ids)
-            assert prompt_marker in prompt
-            assert not tasks or any(task["question"] in prompt for task in tasks)
-    rows = [row for row in agl.read_metrics(run_dir) if "actor/updates" in row]
-    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
-    assert [row[f"agents/{trained}/calls"] for row in rows] == [
-        b.report.calls_seen for b in algorithm.batches
-    ]
-    assert all(row[f"agents/{frozen}/calls"] >= 1 for row in rows)
-    assert [row[f"agents/{trained}/transitions"] for row in rows] == [
-        len(b) for b in algorithm.batches
-    ]
-    assert not any(f"agents/{frozen}/transitions" in row for row in rows)
+        assert row[f"agents/{trained}/calls"] == batch.report.calls_seen
+        assert row[f"agents/{frozen}/calls"] >= 1
+        assert f"agents/{frozen}/transitions" not in row
 
 
 def train_example(

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 import agl
-from agl import read_metrics, semconv
+from agl import semconv
 from agl.lightning import agent_stats
 from agl.openai_wire import WIRES
 from agl.testing.openai_server import OpenAIServer, Reply, tool_reply
 
-from .conftest import dev_run, load
+from .conftest import check_rl_batches, dev_run, load
 
 pytest.importorskip("agents", reason="the example needs openai-agents")
 example = load("agents_qa")
@@ -307,8 +307,6 @@ def test_the_researcher_may_call_a_model_of_its_own(agents_adapter: None, tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, recorded_rl: Any) -> None:
-    from transformers import AutoTokenizer
-
     from agl_torch.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny-model", corpus=[qa_agent.ANSWERER_PROMPT])
@@ -319,36 +317,24 @@ def test_training_only_the_answerer(agents_adapter: None, tmp_path: Path, record
             transitions=agl.TransitionBuilder(drop_zero_variance=False),
         )  # fmt: skip
     [answerer] = recorded_rl.instances
-    tokenizer: Any = AutoTokenizer.from_pretrained(model)
-    rows = [row for row in read_metrics(tmp_path) if "actor/updates" in row]
+    # the fixed researcher's calls go to its own server, not through the gateway
+    rows = check_rl_batches(
+        answerer,
+        tmp_path,
+        model,
+        # the researcher's searches, handed over, in the answerer's prompt
+        {"answerer": [qa_agent.ANSWERER_PROMPT, "<tool_call>"]},
+        absent=[qa_agent.RESEARCHER_PROMPT],
+        asked=[str(q["question"]) for q in qa_world.questions()],
+        off_gateway=12,
+    )
     assert [row["step"] for row in rows] == [1, 2]
-    assert [row["actor/updates"] for row in rows] == [1.0, 2.0]
-    assert len(answerer.batches) == 2
-    questions = {str(q["question"]) for q in qa_world.questions()}
     for row, batch in zip(rows, answerer.batches, strict=True):
         # the fixed researcher searches twice and hands off: 3 calls a rollout, counted only
-        assert row["agents/answerer/calls"] == 4  # 2 questions x 2 samples
-        assert row["agents/researcher/calls"] == 12
+        assert row["agents/answerer/calls"] == batch.report.calls_seen == 4  # 2 x 2 samples
+        assert row["agents/researcher/calls"] == row["transitions/other_agents_calls"] == 12
         assert "agents/researcher/transitions" not in row
-        assert row["transitions/other_agents_calls"] == 12
-        drops = batch.report
-        assert drops.calls_seen == 4
-        for note in ("joined_by_order", "gateway_only"):
-            assert drops.notes[note] == 0, (note, drops.notes)
-        # the fixed researcher's calls go to its own server, not through the gateway
-        assert drops.notes["instrumented_only"] == 12
-        # a random model may end a reply at once; every other answerer call is a transition
-        assert len(batch) + drops.dropped_calls["empty_response"] == 4
-        assert row["transitions/kept"] == row.get("agents/answerer/transitions", 0) == len(batch)
-        for transition in batch:
-            assert transition.agent == "answerer"
-            assert transition.response_logprobs is not None
-            assert len(transition.response_logprobs) == len(transition.response_ids) > 0
-            prompt = tokenizer.decode(transition.prompt_ids)
-            assert qa_agent.ANSWERER_PROMPT in prompt
-            assert qa_agent.RESEARCHER_PROMPT not in prompt
-            assert "<tool_call>" in prompt  # the researcher's searches, handed over
-            assert any(question in prompt for question in questions)
+        assert row["transitions/kept"] == len(batch)
     vals = [row for row in result.history if "val/reward/mean" in row]
     assert [row["step"] for row in vals] == [0, 2]
     # the SDK's default model: every call through the gateway came on the Responses API, and
