@@ -35,7 +35,9 @@ class OneRLStep(agl.StepAlgorithm):
 
     name = "one-rl-step"
 
-    def __init__(self, engine: agl.LLM, policy_dir: Path, *, samples: int = 2, steps: int = 1):
+    def __init__(
+        self, engine: agl.LLM, policy_dir: Path, *, samples: int = 2, steps: int = 1
+    ) -> None:
         self.engine = engine
         self.policy_dir = policy_dir
         self.loop = agl.LoopSettings(n_samples=samples, n_epochs=steps)
