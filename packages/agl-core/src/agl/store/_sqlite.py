@@ -3,9 +3,9 @@
 The database runs in WAL mode with ``synchronous=FULL``: when a call returns, what it wrote is
 on disk and survives a crash of the process (``kill -9``) or of the machine. One thread owns the
 connection and runs operations in order; operations that queue up while a commit is under way
-are committed together (group commit), each inside its own savepoint so one failing operation
-rolls back alone (:mod:`agl.store._sqlite_writer`). Many concurrent writers therefore share
-fsyncs instead of waiting in line for one each.
+are committed together (group commit), and one failing operation rolls back alone
+(:mod:`agl.store._sqlite_writer`). Many concurrent writers therefore share fsyncs instead of
+waiting in line for one each.
 
 A file an older agl wrote opens as it is: tables, columns, indexes and kept counts added since
 are created when it is opened (the columns and counts filled in from the stored rows).
@@ -445,7 +445,7 @@ class SQLiteStore(StatefulStore):
     async def _run(self, operation: Callable[[Transaction], T]) -> T:
         if self._closed:
             raise StoreError(f"the store {self.url!r} is closed")
-        return await asyncio.wrap_future(self._writer.submit(operation))
+        return await self._writer.submit(operation)
 
     async def statistics(self) -> StoreStatistics:
         """The kept counts (:mod:`agl.store._sqlite_schema`), read on a read-only connection of
