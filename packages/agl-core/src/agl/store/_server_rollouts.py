@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
 
 from agl._ids import Id
 from agl._rollouts import (
@@ -30,8 +31,10 @@ from agl.store._server_params import (
     LimitParam,
     OffsetParam,
     RolloutIdParam,
+    parse_body,
     refuse_unstorable_body,
 )
+from agl.store._server_plain import add_plain_route, json_response
 
 __all__ = ["rollouts_router"]
 
@@ -45,8 +48,11 @@ def rollouts_router(store: Store) -> APIRouter:
         refuse_unstorable_body(body)
         return RolloutsBody(rollouts=await store.enqueue_rollouts(body.requests))
 
-    @router.post("/v1/rollouts/dequeue", tags=["rollouts"])
-    async def dequeue(body: DequeueBody, request: Request) -> ClaimsBody:
+    async def dequeue(body: DequeueBody) -> ClaimsBody:  # pragma: no cover - documents only
+        raise NotImplementedError
+
+    async def serve_dequeue(request: Request) -> Response:
+        body = parse_body(DequeueBody, await request.body())
         claims = await store.dequeue_rollouts(
             body.limit, body.worker_id, body.wait, request_id=body.request_id
         )
@@ -59,8 +65,12 @@ def rollouts_router(store: Store) -> APIRouter:
                     status=AttemptStatus.RELEASED,
                     reason="the worker's connection closed before its claim was answered",
                 )
-            return ClaimsBody(claims=[])
-        return ClaimsBody(claims=claims)
+            claims = []
+        return json_response(ClaimsBody(claims=claims))
+
+    add_plain_route(
+        router, "/v1/rollouts/dequeue", dequeue, serve_dequeue, methods=["POST"], tags=["rollouts"]
+    )
 
     @router.post("/v1/rollouts/wait", tags=["rollouts"])
     async def wait(body: WaitBody) -> RolloutsBody:
@@ -111,12 +121,26 @@ def rollouts_router(store: Store) -> APIRouter:
     async def attempts(rollout_id: RolloutIdParam) -> AttemptsBody:
         return AttemptsBody(attempts=await store.query_attempts(rollout_id))
 
-    @router.post("/v1/rollouts/{rollout_id}/attempts/{attempt_id}", tags=["attempts"])
-    async def update_attempt(
+    async def update_attempt(  # pragma: no cover - documents only
         rollout_id: RolloutIdParam, attempt_id: AttemptIdParam, body: AttemptUpdateBody
     ) -> Attempt:
-        return await store.update_attempt(
-            rollout_id, attempt_id, body.status, body.heartbeat, body.reason
+        raise NotImplementedError
+
+    async def serve_update_attempt(request: Request) -> Response:
+        body = parse_body(AttemptUpdateBody, await request.body())
+        ids = request.path_params  # checked by the store, which names a bad one
+        attempt = await store.update_attempt(
+            ids["rollout_id"], ids["attempt_id"], body.status, body.heartbeat, body.reason
         )
+        return json_response(attempt)
+
+    add_plain_route(
+        router,
+        "/v1/rollouts/{rollout_id}/attempts/{attempt_id}",
+        update_attempt,
+        serve_update_attempt,
+        methods=["POST"],
+        tags=["attempts"],
+    )
 
     return router

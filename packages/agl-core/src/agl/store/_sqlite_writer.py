@@ -1,20 +1,22 @@
 """The SQLite store's writer: one thread that owns the connection and group-commits.
 
-Operations that queue up while a commit is under way are committed together, each inside its
-own savepoint so one failing operation rolls back alone; callers hear of their writes only once
-the commit is on disk. See :mod:`agl.store._sqlite` for what that buys.
+Operations that queue up while a commit is under way are committed together; one that fails
+rolls back alone (:meth:`Writer._run_batch` says how). Callers hear of their writes only once the
+commit is on disk, all of a batch's callers on one event loop at once: one wake-up of that loop
+per commit, not one per caller. See :mod:`agl.store._sqlite` for what that buys.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agl._errors import StoreError
 from agl.store._full import full_disk_error, sqlite_detail, sqlite_disk_full
@@ -23,6 +25,19 @@ from agl.store._tx import Transaction
 __all__ = ["Writer"]
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Job(Generic[T]):
+    """An operation and the future on its caller's event loop that hears how it went."""
+
+    operation: Callable[[Transaction], T]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[T]
+
+
+_Outcome = tuple[_Job[Any], Any, BaseException | None]
+"""A job, its result, and the error it failed with (None: it succeeded)."""
 
 
 class Writer(threading.Thread):
@@ -39,13 +54,14 @@ class Writer(threading.Thread):
         self._db = connection
         self._tx = tx
         self._path = path
-        self._jobs: queue.SimpleQueue[tuple[Callable[[Transaction], Any], Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
 
-    def submit(self, operation: Callable[[Transaction], T]) -> Future[T]:
-        future: Future[T] = Future()
-        self._jobs.put((operation, future))
+    def submit(self, operation: Callable[[Transaction], T]) -> asyncio.Future[T]:
+        """Queue ``operation``; the future (of the running event loop) gets its result once
+        it is committed. Cancelling the future before the operation runs skips it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(operation, loop, future))
         return future
 
     def stop(self) -> None:
@@ -64,17 +80,13 @@ class Writer(threading.Thread):
                 stopping = True
             jobs = [job for job in batch if job is not None]
             try:
-                if len(jobs) == 1:
-                    self._run_alone(*jobs[0])
-                elif jobs:
+                if jobs:
                     self._run_batch(jobs)
             except BaseException as exc:  # the writer outlives any failure; nobody waits forever
                 self._abandon(jobs, exc)
         self._db.close()
 
-    def _abandon(
-        self, jobs: list[tuple[Callable[[Transaction], Any], Future[Any]]], exc: BaseException
-    ) -> None:
+    def _abandon(self, jobs: list[_Job[Any]], exc: BaseException) -> None:
         """The transaction broke outside any operation (a savepoint or rollback failed, say
         on an I/O error): undo what is left of it and fail every caller not yet answered
         (none was told its write succeeded: answers come only after the commit)."""
@@ -84,79 +96,65 @@ class Writer(threading.Thread):
         failure = self._failure(exc, doing)
         if failure is exc:
             failure = StoreError(f"{doing}: {exc}")
-        for _, future in jobs:
-            if not future.done():
-                future.set_exception(failure)
-
-    def _run_alone(self, operation: Callable[[Transaction], Any], future: Future[Any]) -> None:
-        """Run one operation that nothing else is waiting beside, in a transaction of its own.
-
-        The same as a batch of one, without the savepoint (the whole transaction rolls back
-        instead): two statements fewer for the common case of one request at a time.
-        """
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            future.set_exception(self._failure(exc, "SQLite store could not start a write"))
-            return
-        try:
-            result = operation(self._tx)
-        except BaseException as exc:  # the caller gets it
-            self._rollback()
-            future.set_exception(self._failure(exc))
-            return
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
-                self._rollback()
-            future.set_exception(self._failure(exc, "SQLite store could not commit"))
-            return
-        future.set_result(result)  # only now, with the commit on disk
+        _settle([(job, None, failure) for job in jobs])
 
     def _rollback(self) -> None:
         # Some errors (a full disk, an I/O error) have already rolled the transaction back.
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
 
-    def _run_batch(self, jobs: list[tuple[Callable[[Transaction], Any], Future[Any]]]) -> None:
-        outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+    def _run_batch(self, jobs: list[_Job[Any]]) -> None:
+        """Run queued operations in one transaction and commit once.
+
+        They run first without savepoints (two statements fewer each); only if one of them
+        fails is the transaction rolled back and the batch run again with each operation in a
+        savepoint of its own, so the failing one rolls back alone. Operations are functions of
+        the transaction, so running one again after a rollback is running it once.
+        """
+        live = [job for job in jobs if not job.future.cancelled()]
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            for _, future in jobs:
-                future.set_exception(self._failure(exc, "SQLite store could not start a write"))
+            failure = self._failure(exc, "SQLite store could not start a write")
+            _settle([(job, None, failure) for job in live])
             return
-        for operation, future in jobs:
-            if not future.set_running_or_notify_cancel():
-                continue
-            self._db.execute("SAVEPOINT op")
+        outcomes: list[_Outcome] = []
+        for job in live:
             try:
-                result = operation(self._tx)
-            except BaseException as exc:  # the caller gets it; the batch goes on
-                self._db.execute("ROLLBACK TO op")
-                self._db.execute("RELEASE op")
-                outcomes.append((future, None, self._failure(exc)))
-            else:
-                self._db.execute("RELEASE op")
-                outcomes.append((future, result, None))
+                outcomes.append((job, job.operation(self._tx), None))
+            except BaseException as exc:
+                self._rollback()
+                if len(live) == 1:  # nothing to keep: the caller gets the error
+                    _settle([(job, None, self._failure(exc))])
+                    return
+                self._db.execute("BEGIN IMMEDIATE")  # again, each operation in a savepoint
+                outcomes = self._run_savepoints(live)
+                break
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):  # an I/O error may have rolled it back
                 self._rollback()
             failure = self._failure(exc, "SQLite store could not commit")
-            for future, _, _ in outcomes:
-                future.set_exception(failure)
+            _settle([(job, None, failure) for job, _, _ in outcomes])
             return
-        # Only now, with the commit on disk, do callers learn their writes succeeded.
-        for future, result, error in outcomes:
-            if error is None:
-                future.set_result(result)
+        _settle(outcomes)  # only now, with the commit on disk, do callers learn of success
+
+    def _run_savepoints(self, jobs: list[_Job[Any]]) -> list[_Outcome]:
+        """Run ``jobs`` in the open transaction, each in a savepoint of its own."""
+        outcomes: list[_Outcome] = []
+        for job in jobs:
+            self._db.execute("SAVEPOINT op")
+            try:
+                result = job.operation(self._tx)
+            except BaseException as exc:  # the caller gets it; the batch goes on
+                self._db.execute("ROLLBACK TO op")
+                self._db.execute("RELEASE op")
+                outcomes.append((job, None, self._failure(exc)))
             else:
-                future.set_exception(error)
+                self._db.execute("RELEASE op")
+                outcomes.append((job, result, None))
+        return outcomes
 
     def _failure(self, exc: BaseException, doing: str = "SQLite error") -> BaseException:
         """What the caller is told of ``exc``: a full disk as such, another SQLite error as a
@@ -167,3 +165,24 @@ class Writer(threading.Thread):
         if isinstance(exc, sqlite3.Error):
             return StoreError(f"{doing}: {exc}")
         return exc
+
+
+def _settle(outcomes: list[_Outcome]) -> None:
+    """Tell each job's caller how it went: one call into each event loop for all of its jobs."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop closed: nobody is waiting there
+            loop.call_soon_threadsafe(_resolve, mine)
+
+
+def _resolve(outcomes: list[_Outcome]) -> None:
+    """In the caller's event loop: set each future not cancelled meanwhile."""
+    for job, result, error in outcomes:
+        if job.future.done():
+            continue
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
