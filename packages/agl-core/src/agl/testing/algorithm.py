@@ -276,12 +276,12 @@ class AlgorithmConformance:
     def test_published_resources_validate(self, outcome: FitOutcome) -> None:
         from agl.plugins import PluginManager
 
-        known = {**PluginManager().provided("agl_resource_types"), **agl.resource_types()}
+        known = PluginManager().provided("agl_resource_types")
         for update in outcome.published:
             for name, resource in update.resources.items():
                 assert resource.type in known, (
-                    f"resource {name!r} has type {resource.type!r}, which no one provides "
-                    "(the agl_resource_types hook, or agl.register_resource_type)"
+                    f"resource {name!r} has type {resource.type!r}, which no plugin provides "
+                    "(the agl_resource_types hook)"
                 )
                 if not isinstance(resource, agl.GenericResource):  # a store may keep it generic
                     assert type(resource) is known[resource.type], name
