@@ -58,7 +58,7 @@ import pytest
 from pydantic import JsonValue
 
 import agl
-from agl._train._metrics import read_metrics
+from agl._train._metrics_read import read_metrics
 from agl.store._memory import MemoryStore
 from agl.testing._suite import check_suite_intact
 
