@@ -26,6 +26,7 @@ import agl
 from agl.store._memory import MemoryStore
 from agl.testing.openai_server import OpenAIServer, Reply, encode, last_user_text, render_chat
 from agl_apo import APO, APOState
+from agl_apo.state import as_state
 
 SEED = "Answer the question: {question}"
 
@@ -164,12 +165,12 @@ class Run:
 
     def states(self) -> list[APOState]:
         """Every APO state published, in order."""
-        return [
-            resource
+        states = (
+            as_state(resource)
             for update in self.published
             for resource in update.resources.values()
-            if isinstance(resource, APOState)
-        ]
+        )
+        return [state for state in states if state is not None]
 
 
 def make_apo(

@@ -25,7 +25,7 @@ from agl_apo.optimizer import (
     extract_prompt,
     resolve_endpoint,
 )
-from agl_apo.state import Candidate
+from agl_apo.state import Candidate, as_state
 
 
 def candidate(cid: str, *scores: float) -> Candidate:
@@ -170,14 +170,16 @@ def test_apo_builds_without_arguments_and_checks_its_options() -> None:
 def test_the_plugin_provides_the_algorithm_and_the_state_type() -> None:
     from agl.plugins import PluginManager
 
-    assert PluginManager().lookup("agl_algorithms", "apo") is APO
-    assert agl.resource_types()["apo_state"] is APOState
+    plugins = PluginManager()
+    assert plugins.lookup("agl_algorithms", "apo") is APO
+    assert plugins.provided("agl_resource_types")["apo_state"] is APOState
     state = APOState(resources=["prompt"], engines={"prompt": "f-string"}, items=[0, 1])
     state.candidates.append(candidate("c0", 0.5, 1.0))
     update = agl.ResourcesUpdate(resources_id="r", version=1, resources={"apo/prompt": state})
     again = agl.ResourcesUpdate.model_validate_json(update.model_dump_json())
-    assert again == update
-    assert isinstance(again.resources["apo/prompt"], APOState)
+    assert isinstance(again.resources["apo/prompt"], agl.GenericResource)  # not core's type
+    assert plugins.upgrade_resources(again.resources) == update.resources
+    assert as_state(again.resources["apo/prompt"]) == state
 
 
 def test_the_public_surface() -> None:

@@ -16,7 +16,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from agl import AglError, ConflictError, InvalidInputError
-from agl._train._metrics import MetricsLogger, plot_metrics, read_metrics
+from agl._train._metrics import MetricsLogger
+from agl._train._metrics_read import plot_metrics, read_metrics
 from agl.cli._metrics import metrics_app
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

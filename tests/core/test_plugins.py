@@ -205,7 +205,9 @@ def test_an_installed_plugin_provides_everything_by_name(install: Install) -> No
     assert isinstance(manager.create_credit_assigner("halves"), module.Halves)
     assert manager.provided("agl_stores")["scratch"] is module.ScratchStore
     assert manager.provided("agl_resource_types")["agl-test-weights"] is module.Weights
-    assert "agl-test-weights" not in agl.resource_types()  # no process-wide registry is touched
+    raw = {"resources_id": "r", "version": 1, "resources": {"w": {"type": "agl-test-weights"}}}
+    parsed = agl.ResourcesUpdate.model_validate(raw).resources["w"]
+    assert type(parsed) is agl.GenericResource  # no process-wide registry is touched
     assert {name for name, _ in manager.list_name_plugin()} >= {"agl", "agl-t-full"}
 
 

@@ -101,13 +101,18 @@ def test_resources_update_names_the_bad_member() -> None:
         )
 
 
-def test_register_resource_type() -> None:
+def test_register_resource_type_is_a_deprecated_shim_that_still_works() -> None:
     class Adapter(Resource):
         type: Literal["test-lora-adapter"] = "test-lora-adapter"
         path: str
 
-    agl.register_resource_type(Adapter)
-    assert agl.resource_types()["test-lora-adapter"] is Adapter
+    with pytest.warns(DeprecationWarning, match="agl_resource_types hook") as caught:
+        assert agl.register_resource_type(Adapter) is Adapter
+    assert caught[0].filename == __file__  # the warning points at the caller
+    with pytest.warns(DeprecationWarning, match=r"PluginManager\(\)\.provided"):
+        known = agl.resource_types()
+    assert known["test-lora-adapter"] is Adapter
+    assert known["llm"] is LLM
     update = ResourcesUpdate.model_validate_json(
         ResourcesUpdate(
             resources_id="rs", version=1, resources={"a": Adapter(path="/w")}
@@ -118,8 +123,18 @@ def test_register_resource_type() -> None:
     class Clash(Resource):
         type: Literal["llm"] = "llm"
 
-    with pytest.raises(agl.InvalidInputError, match="already registered"):
+    with (
+        pytest.warns(DeprecationWarning, match="register_resource_type"),
+        pytest.raises(agl.InvalidInputError, match="already registered by LLM"),
+    ):
         agl.register_resource_type(Clash)
+
+
+def test_core_types_come_through_the_builtin_plugin() -> None:
+    from agl.plugins import PluginManager
+
+    provided = PluginManager(entry_points=False).provided("agl_resource_types")
+    assert provided == {"llm": LLM, "prompt_template": PromptTemplate}
 
 
 def test_llm_requires_endpoint_and_model() -> None:

@@ -1,4 +1,4 @@
-"""The search, as the store keeps it: :class:`APOState`, a registered resource type.
+"""The search, as the store keeps it: :class:`APOState`, the plugin's resource type.
 
 APO publishes an :class:`APOState` beside the prompts it optimizes, under
 ``apo/<prompt names>``, so every version of the run's resources shows where the search stood:
@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from agl import NotFoundError, PromptTemplate, Resource, ResourcesUpdate, register_resource_type
+from agl import GenericResource, NotFoundError, PromptTemplate, Resource, ResourcesUpdate
 from agl.store import Store
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Candidate",
     "Checkpoint",
     "Skip",
+    "as_state",
     "checkpoint_id",
     "find_checkpoint",
     "run_key",
@@ -73,7 +74,6 @@ class Skip(BaseModel):
     template: str | None = None
 
 
-@register_resource_type
 class APOState(Resource):
     """Where an APO search stands (see the module docstring).
 
@@ -175,9 +175,20 @@ class Checkpoint:
 
     def state(self, state_name: str) -> APOState:
         """The :class:`APOState` the checkpoint holds under ``state_name``."""
-        state = self.update.resources[state_name]
-        assert isinstance(state, APOState)
+        state = as_state(self.update.resources.get(state_name))
+        assert state is not None
         return state
+
+
+def as_state(resource: Resource | None) -> APOState | None:
+    """``resource`` as an :class:`APOState`, None if it is not one.
+
+    A store hands the state back as a :class:`agl.GenericResource` (it is the plugin's type,
+    not core's): its fields are validated into the class here.
+    """
+    if isinstance(resource, GenericResource) and resource.type == "apo_state":
+        return APOState.model_validate(resource.model_dump())
+    return resource if isinstance(resource, APOState) else None
 
 
 async def find_checkpoint(store: Store, key: str, state_name: str) -> tuple[int, Checkpoint | None]:
@@ -212,6 +223,6 @@ async def find_checkpoint(store: Store, key: str, state_name: str) -> tuple[int,
         else:
             high = middle
     update = await get(generation, low)
-    if update is None or not isinstance(update.resources.get(state_name), APOState):
+    if update is None or as_state(update.resources.get(state_name)) is None:
         return generation, None
     return generation, Checkpoint(generation=generation, step=low, update=update)

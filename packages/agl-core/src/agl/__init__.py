@@ -66,7 +66,7 @@ if TYPE_CHECKING:
         reward_metrics,
     )
     from agl._train._datasets import DatasetSource, load_tasks
-    from agl._train._metrics import plot_metrics, read_metrics
+    from agl._train._metrics_read import plot_metrics, read_metrics
     from agl._train._per_agent import PerAgent
     from agl._train._script import Script, ScriptRun
     from agl._train._trainer import Trainer
@@ -94,8 +94,8 @@ _LAZY = {
     "ServerThread": "agl._serving._server_thread",
     "load_tasks": "agl._train._datasets",
     "model_or_env": "agl._train._algorithm",
-    "plot_metrics": "agl._train._metrics",
-    "read_metrics": "agl._train._metrics",
+    "plot_metrics": "agl._train._metrics_read",
+    "read_metrics": "agl._train._metrics_read",
     "reward_metrics": "agl._train._algorithm",
     "FitResult": "agl._results",
     "TransitionBuilder": "agl.lightning",

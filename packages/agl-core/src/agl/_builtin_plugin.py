@@ -57,6 +57,6 @@ def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
 
 @hookimpl
 def agl_resource_types() -> Sequence[type[Resource]]:
-    from agl._resources import LLM, PromptTemplate
+    from agl._resources import CORE_TYPES
 
-    return [LLM, PromptTemplate]
+    return list(CORE_TYPES.values())

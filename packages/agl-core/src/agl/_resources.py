@@ -5,13 +5,14 @@ An algorithm publishes a set of resources, such as
 the store gives it an id and the next version number. Runners fetch the set a rollout names
 (or the latest) and hand its members to the agent.
 
-Each resource class has a ``type`` tag. :func:`register_resource_type` adds a class to this
-process's registry, so resources of that type parse back into it. A tag the registry does not
-hold (a plugin's type, on a store server without the plugin, or in a process that never
-imported it) parses as a :class:`GenericResource` with every field intact, never refused or
-dropped; the runner turns those whose type a plugin provides (the ``agl_resource_types`` hook)
-into the plugin's class before its agent sees them
-(:meth:`agl.plugins.PluginManager.upgrade_resources`).
+Each resource class has a ``type`` tag. Core's own types (:class:`LLM`,
+:class:`PromptTemplate`) parse back into their classes everywhere. Other types come from
+plugins (the ``agl_resource_types`` hook; core's built-in plugin lists its own there too): a
+tag the data model does not know (a plugin's type, on a store server without the plugin, or in
+a store client) parses as a :class:`GenericResource` with every field intact, never refused or
+dropped, and whoever holds the plugins turns it into the plugin's class
+(:meth:`agl.plugins.PluginManager.upgrade_resources`; the runner does, before its agent sees
+it). :func:`register_resource_type` is the deprecated process-wide way, kept working.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from __future__ import annotations
 import os
 import string
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+import warnings
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 __all__ = [
+    "CORE_TYPES",
     "LLM",
     "GenericResource",
     "PromptTemplate",
@@ -56,17 +61,34 @@ class Resource(BaseModel):
     type: str
 
 
-_REGISTRY: dict[str, type[Resource]] = {}
+_DEPRECATED_REGISTRY: dict[str, type[Resource]] = {}
+"""Types given to the deprecated :func:`register_resource_type`, by tag."""
+
 R = TypeVar("R", bound=type[Resource])
+
+_USE_THE_HOOK = (
+    "provide resource classes from a plugin's agl_resource_types hook "
+    "(see agl.hookspecs) and read them back with agl.plugins.PluginManager.upgrade_resources"
+)
 
 
 def register_resource_type(cls: R) -> R:
-    """Register a resource class under its ``type`` tag (usable as a class decorator).
+    """Register a resource class under its ``type`` tag, for this whole process (deprecated).
+
+    Deprecated: provide the class from a plugin's ``agl_resource_types`` hook instead (see
+    :mod:`agl.hookspecs`); :meth:`agl.plugins.PluginManager.upgrade_resources` turns what a
+    store hands back into it. A registered class still parses back into itself wherever
+    resources are validated in this process.
 
     Raises:
         InvalidInputError: the class has no literal default for ``type``, or another class
             already holds the tag.
     """
+    warnings.warn(
+        f"agl.register_resource_type is deprecated: {_USE_THE_HOOK}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     tag = cls.model_fields["type"].default  # type: ignore[call-overload]
     if not isinstance(tag, str) or not tag:
         raise InvalidInputError(
@@ -74,20 +96,36 @@ def register_resource_type(cls: R) -> R:
             field="type",
             value=tag,
         )
-    existing = _REGISTRY.get(tag)
+    existing = _known_types().get(tag)
     if existing is not None and existing is not cls:
         raise InvalidInputError(
             f"resource type {tag!r} is already registered by {existing.__qualname__}",
             field="type",
             value=tag,
         )
-    _REGISTRY[tag] = cls
+    _DEPRECATED_REGISTRY[tag] = cls
     return cls
 
 
 def resource_types() -> dict[str, type[Resource]]:
-    """Return a copy of the registry: resource type tag → class."""
-    return dict(_REGISTRY)
+    """Return core's resource types and those given to :func:`register_resource_type`, by tag
+    (deprecated).
+
+    Deprecated: ``agl.plugins.PluginManager().provided("agl_resource_types")`` is every type
+    core and the plugins provide.
+    """
+    warnings.warn(
+        "agl.resource_types is deprecated: "
+        'agl.plugins.PluginManager().provided("agl_resource_types") lists the types '
+        "core and the plugins provide",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _known_types()
+
+
+def _known_types() -> dict[str, type[Resource]]:
+    return {**CORE_TYPES, **_DEPRECATED_REGISTRY}
 
 
 class GenericResource(Resource):
@@ -96,7 +134,6 @@ class GenericResource(Resource):
     model_config = ConfigDict(defer_build=True, extra="allow")
 
 
-@register_resource_type
 class LLM(Resource):
     """An OpenAI-compatible model endpoint an agent calls.
 
@@ -177,7 +214,6 @@ class LLM(Resource):
         return {**base, **kwargs}
 
 
-@register_resource_type
 class PromptTemplate(Resource):
     """A prompt with placeholders, filled in with :meth:`format`.
 
@@ -269,17 +305,24 @@ class PromptTemplate(Resource):
         return cls._jinja_environment
 
 
-def parse_resource(data: Any) -> Resource:
-    """Validate ``data`` into the registered class its ``type`` names.
+CORE_TYPES: Final[Mapping[str, type[Resource]]] = MappingProxyType(
+    {"llm": LLM, "prompt_template": PromptTemplate}
+)
+"""Core's own resource types, by tag: the data model parses these without any plugin."""
 
-    A model instance passes through unchanged; a tag nobody registered becomes a
-    :class:`GenericResource`.
+
+def parse_resource(data: Any) -> Resource:
+    """Validate ``data`` into the class its ``type`` names, if the data model knows it.
+
+    A model instance passes through unchanged; a tag of neither core's types nor the
+    deprecated registry becomes a :class:`GenericResource`.
     """
     if isinstance(data, Resource):
         return data
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise ValueError("a resource must be an object with a string 'type' field")
-    return _REGISTRY.get(data["type"], GenericResource).model_validate(data)
+    cls = CORE_TYPES.get(data["type"]) or _DEPRECATED_REGISTRY.get(data["type"])
+    return (cls or GenericResource).model_validate(data)
 
 
 class ResourcesUpdate(BaseModel):

@@ -179,11 +179,13 @@ def agl_credit_assigners() -> Mapping[str, Callable[..., CreditAssigner]]:
 def agl_resource_types() -> Sequence[type[Resource]]:
     """Provide resource classes, so resources of their ``type`` round-trip through any store.
 
-    Stores keep a resource of a ``type`` they do not know as an :class:`agl.GenericResource`
-    with every field; the runner turns it into the plugin's class before the agent sees it
-    (:meth:`agl.plugins.PluginManager.upgrade_resources`). Decorate the class with
-    :func:`agl.register_resource_type` too for it to parse back into its class wherever its
-    module is imported.
+    This hook is the one way to add resource types (core's built-in plugin lists its own,
+    ``llm`` and ``prompt_template``, here too; ``agl.register_resource_type`` is deprecated).
+    Stores and store clients keep a resource of a ``type`` that is not core's as an
+    :class:`agl.GenericResource` with every field; whoever holds the plugins turns it into the
+    plugin's class with :meth:`agl.plugins.PluginManager.upgrade_resources`: the runner does
+    before the agent sees it. An algorithm reading its own type back from the store can do the
+    same, or validate the generic one's ``model_dump()`` into its class.
 
     Returns:
         Subclasses of :class:`agl.Resource`, each with a unique literal default for ``type``.

@@ -9,7 +9,7 @@ One runner is one asyncio loop running up to ``concurrency`` rollouts at a time;
 runner processes on as many machines as you like (``agl runner --store URL --agent mod:fn``):
 they share nothing but the store, which hands each rollout to one of them.
 
-For each claimed attempt the runner:
+For each claimed attempt the runner (:mod:`agl._run._attempts`):
 
 1. reports it ``running`` and fetches the resources the rollout names (LLM endpoints get the
    rollout and attempt filled in, see :meth:`agl.LLM.for_attempt`);
@@ -43,26 +43,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
-import inspect
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-from agl._errors import ConflictError, InvalidInputError, StoreUnavailableError
+from agl._errors import InvalidInputError, StoreUnavailableError
 from agl._ids import check_id
-from agl._resources import ResourcesUpdate
-from agl._rollouts import AttemptStatus, Claim, new_id
-from agl._run._agent import AttemptInputs, LitAgent, as_agent, normalize_result
+from agl._rollouts import Claim, new_id
+from agl._run._agent import LitAgent, as_agent
+from agl._run._attempts import Attempts
 from agl._run._heartbeats import Heartbeats
 from agl._run._loop_watch import LoopWatch
 from agl._run._runner_resources import RunnerResources
-from agl._run._runner_stats import RunnerStats, failure_reason
+from agl._run._runner_stats import RunnerStats
 from agl._secrets import env_secret
 from agl.plugins import PluginManager
 from agl.store._base import Store
@@ -70,7 +68,6 @@ from agl.store._base import Store
 __all__ = ["Runner", "RunnerStats", "auto_instrumentation", "enable_auto_instrumentation"]
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 _AUTO_INSTRUMENT = False
@@ -91,11 +88,7 @@ def auto_instrumentation() -> bool:
     return _AUTO_INSTRUMENT
 
 
-class _Stale(Exception):
-    """The store already ended this attempt: stop working on it and report nothing."""
-
-
-class Runner:
+class Runner(Attempts):
     """Run an agent on the rollouts of a store.
 
     Args:
@@ -369,153 +362,6 @@ class Runner:
             # stop before it reached the store (leaving the attempt 'running').
             if task in self._cancellable:
                 task.cancel()
-
-    # --- one attempt ------------------------------------------------------------------------
-
-    async def _run_attempt(self, claim: Claim) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if task in self._released:  # the runner stopped before this claim's turn came
-            await self._conclude(
-                claim.rollout.rollout_id,
-                claim.attempt.attempt_id,
-                status=AttemptStatus.RELEASED,
-                reason="the runner stopped before the attempt started",
-            )
-            return
-        self._cancellable.add(task)
-        if not self._observed:
-            await self._attempt(claim)
-            return
-        hook = self.plugins.hook
-        hook.agl_rollout_start(rollout=claim.rollout, attempt=claim.attempt)
-        status: AttemptStatus | None = None
-        try:
-            status = await self._attempt(claim)
-        finally:
-            hook.agl_rollout_end(rollout=claim.rollout, attempt=claim.attempt, status=status)
-
-    async def _attempt(self, claim: Claim) -> AttemptStatus | None:
-        """Run one attempt; return the status reported, None if the store had ended it."""
-        assert self.store is not None
-        assert self._tracer is not None
-        rollout, attempt = claim.rollout, claim.attempt
-        ids = (rollout.rollout_id, attempt.attempt_id)
-        task = asyncio.current_task()
-        assert task is not None
-        status, reason = AttemptStatus.SUCCEEDED, None
-        flushes: list[str] = []  # the gateways the agent was given
-        try:
-            await self._report(*ids, status=AttemptStatus.RUNNING)
-            timeout = rollout.config.timeout_seconds
-            async with self._tracer.rollout(*ids, name=f"agl.rollout {self.agent.name}"):
-                try:
-                    async with asyncio.timeout(timeout):
-                        resources, flushes = await self._resources.for_attempt(
-                            rollout.resources_id, *ids
-                        )
-                        inputs = AttemptInputs(rollout.input, rollout, attempt, resources)
-                        result = await self._call_agent(inputs)
-                    rewards = normalize_result(result, self.agent.primary_reward)
-                    if rewards is not None:
-                        from agl._run._emitters import emit_reward
-
-                        emit_reward(rewards[0], primary=rewards[1])
-                except TimeoutError:
-                    if task.cancelling():
-                        raise  # released or stale, not the agent's timeout
-                    status = AttemptStatus.TIMEOUT
-                    reason = f"ran longer than timeout_seconds={timeout:g} and was cancelled"
-                    from agl._run._emitters import emit_exception
-
-                    emit_exception(TimeoutError(reason))
-                except (_Stale, asyncio.CancelledError):
-                    raise
-                except Exception as exc:
-                    from agl._run._emitters import emit_exception
-
-                    emit_exception(exc)
-                    status = AttemptStatus.FAILED
-                    reason = failure_reason(exc)
-            # The agent's own spans are in the store now; the gateways' records of its calls
-            # must be too before anyone is told the attempt ended.
-            self.stats.gateway_flush_failures += await self._gateways.flush(flushes)
-        except asyncio.CancelledError:
-            if task in self._stale:
-                self.stats.abandoned += 1
-                return None
-            if task not in self._released:
-                raise
-            status, reason = AttemptStatus.RELEASED, "the runner stopped before the attempt ended"
-            task.uncancel()
-        except _Stale:
-            self.stats.abandoned += 1
-            return None
-        self._cancellable.discard(task)  # from here on, a release lets the report go out
-        return await self._conclude(*ids, status=status, reason=reason)
-
-    async def _conclude(
-        self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None
-    ) -> AttemptStatus | None:
-        """Report an attempt's outcome and count it; None if the store had already ended it."""
-        try:
-            await self._report(rollout_id, attempt_id, status=status, reason=reason)
-        except _Stale:
-            self.stats.abandoned += 1
-            return None
-        self.stats.count(status, reason)
-        return status
-
-    async def _call_agent(self, inputs: AttemptInputs) -> Any:
-        call = self.agent.bind(inputs)
-        function = getattr(call, "func", call)
-        if inspect.iscoroutinefunction(function):
-            return await call()
-        assert self._loop is not None
-        context = contextvars.copy_context()  # carries the trace binding into the thread
-        result = await self._loop.run_in_executor(self._executor, context.run, call)
-        if inspect.isawaitable(result):  # a sync function that returned a coroutine
-            return await result
-        return result
-
-    async def _get_resources(self, resources_id: str | None) -> ResourcesUpdate | None:
-        assert self.store is not None
-        return await self._patiently(self.store.get_resources, resources_id)
-
-    async def _patiently(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Call the store, waiting out outages (the attempt's timeout still bounds the wait)."""
-        delay = 0.2
-        while True:
-            try:
-                return await call(*args)
-            except StoreUnavailableError as exc:
-                self.stats.store_errors += 1
-                logger.warning("store unreachable, retrying in %.1f s: %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    async def _report(
-        self, rollout_id: str, attempt_id: str, *, status: AttemptStatus, reason: str | None = None
-    ) -> None:
-        """Report a status (a final one waits out store outages); raise _Stale if it moved on."""
-        assert self.store is not None
-        try:
-            if status.is_final:
-                await self._patiently(
-                    self.store.update_attempt, rollout_id, attempt_id, status, True, reason
-                )
-                return
-            try:
-                await self.store.update_attempt(
-                    rollout_id, attempt_id, status=status, reason=reason
-                )
-            except StoreUnavailableError as exc:
-                # A 'running' report can be skipped; the heartbeat or the result follows.
-                self.stats.store_errors += 1
-                logger.warning("could not report %s for %s: %s", status.value, attempt_id, exc)
-        except ConflictError as exc:
-            logger.info("attempt %s of %s was ended by the store: %s", attempt_id, rollout_id, exc)
-            raise _Stale from exc
 
     # --- signals ---------------------------------------------------------------------------
 

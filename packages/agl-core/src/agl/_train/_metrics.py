@@ -19,7 +19,8 @@ writes the step's metrics to:
 Opening a logger on a directory that already has ``metrics.jsonl`` appends to it, so a resumed
 run keeps one history; a line torn by a crash mid-write is cut off first.
 
-:func:`read_metrics` reads the records back and :func:`plot_metrics` draws them with matplotlib.
+:func:`~agl._train._metrics_read.read_metrics` reads the records back and
+:func:`~agl._train._metrics_read.plot_metrics` draws them with matplotlib.
 """
 
 from __future__ import annotations
@@ -40,14 +41,13 @@ from typing import Any, Self, TextIO
 from rich.console import Console
 
 from agl._errors import AglError, ConflictError, InvalidInputError
+from agl._train._metrics_read import METRICS_JSONL, RESERVED_KEYS, columns_of, read_metrics
 from agl._train._step_line import compact_line, full_line
 
-__all__ = ["MetricsLogger", "plot_metrics", "read_metrics"]
+__all__ = ["MetricsLogger"]
 
-METRICS_JSONL = "metrics.jsonl"
 METRICS_CSV = "metrics.csv"
 TENSORBOARD_DIR = "tensorboard"
-_RESERVED_KEYS = ("step", "time")
 
 
 class MetricsLogger:
@@ -94,7 +94,7 @@ class MetricsLogger:
         writer_class = _tensorboard_writer_class(tensorboard)
         _cut_torn_tail(self.jsonl_path)
         previous = read_metrics(self.jsonl_path) if self.jsonl_path.exists() else []
-        self._columns = _columns_of(previous)
+        self._columns = columns_of(previous)
         self._csv_file: TextIO = self._rewrite_csv(previous)
         self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
         self._tensorboard: Any = None
@@ -161,7 +161,7 @@ class MetricsLogger:
             os.replace(partial, self.jsonl_path)
             self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
             self._csv_file.close()
-            self._columns = _columns_of(kept)
+            self._columns = columns_of(kept)
             self._csv_file = self._rewrite_csv(kept)
         return kept
 
@@ -198,109 +198,6 @@ class MetricsLogger:
         return self.csv_path.open("a", encoding="utf-8", newline="")
 
 
-def read_metrics(source: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Return the records a :class:`MetricsLogger` wrote, in the order written.
-
-    Args:
-        source: A run directory or the path of its ``metrics.jsonl``.
-
-    Returns:
-        One dict per logged step: ``step``, ``time`` and the metrics, with ``None`` where a
-        value was not finite. A last line torn by a crash mid-write is left out.
-
-    Raises:
-        InvalidInputError: there is no such file, or a line other than the last is not a JSON
-            object (the message names the file and line).
-    """
-    path = _jsonl_path(source)
-    with path.open("rb") as file:
-        lines = file.read().decode("utf-8", errors="replace").split("\n")
-    records: list[dict[str, Any]] = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if lineno == len(lines):  # no newline after it: the write was cut short
-                break
-            raise InvalidInputError(
-                f"{path}:{lineno}: not a JSON object", field="source", value=line
-            ) from None
-        if not isinstance(record, dict):
-            raise InvalidInputError(
-                f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}",
-                field="source",
-                value=line,
-            )
-        records.append(record)
-    return records
-
-
-def plot_metrics(
-    source: str | os.PathLike[str],
-    out_png: str | os.PathLike[str],
-    keys: Sequence[str] = ("reward/mean",),
-) -> Path:
-    """Draw each metric in ``keys`` against the step, one panel per key, into a PNG file.
-
-    Steps where a value was not finite show as gaps.
-
-    Args:
-        source: A run directory or the path of its ``metrics.jsonl``.
-        out_png: Where to write the image; its directory is created if missing.
-        keys: The metric names to draw.
-
-    Returns:
-        The path of the PNG written.
-
-    Raises:
-        InvalidInputError: ``keys`` is empty, or names a metric no record has (the message
-            lists those that exist), or ``source`` has no metrics file.
-        AglError: matplotlib is not installed.
-    """
-    if isinstance(keys, str):
-        keys = (keys,)
-    if not keys:
-        raise InvalidInputError("plot_metrics needs at least one metric key", field="keys")
-    records = read_metrics(source)
-    available = [key for key in _columns_of(records) if key not in _RESERVED_KEYS]
-    missing = [key for key in keys if key not in available]
-    if missing:
-        raise InvalidInputError(
-            f"no metric named {', '.join(map(repr, missing))} in {_jsonl_path(source)}; "
-            f"available: {', '.join(available) or '(none)'}",
-            field="keys",
-            value=missing[0],
-        )
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise AglError(
-            "plotting metrics needs matplotlib, which is not installed: pip install matplotlib "
-            "(or pip install 'agl-core[plot]')"
-        ) from None
-
-    figure = Figure(figsize=(7.0, 1.0 + 2.4 * len(keys)), layout="constrained")
-    FigureCanvasAgg(figure)  # render with Agg, whatever backend pyplot may be using
-    axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, key in zip(axes, keys, strict=True):
-        points = [(record["step"], record[key]) for record in records if key in record]
-        steps = [step for step, _ in points]
-        values = [math.nan if value is None else value for _, value in points]
-        ax.plot(steps, values, marker="." if len(points) < 50 else None)
-        ax.set_ylabel(key)
-        ax.grid(visible=True, alpha=0.3)
-    axes[-1].set_xlabel("step")
-    figure.suptitle(_jsonl_path(source).parent.name)
-
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, format="png", dpi=100)
-    return out
-
-
 def _make_record(step: int, metrics: Mapping[str, float | int]) -> dict[str, Any]:
     try:
         step = operator.index(step)
@@ -321,7 +218,7 @@ def _make_record(step: int, metrics: Mapping[str, float | int]) -> dict[str, Any
             raise InvalidInputError(
                 f"metric names must be non-empty strings, got {key!r}", field="metrics", value=key
             )
-        if key in _RESERVED_KEYS:
+        if key in RESERVED_KEYS:
             raise InvalidInputError(
                 f"{key!r} cannot be a metric name: every record has its own {key!r} field",
                 field=key,
@@ -353,29 +250,8 @@ def _number(key: str, value: Any) -> int | float | None:
     )
 
 
-def _columns_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    columns = dict.fromkeys(_RESERVED_KEYS)
-    for record in records:
-        columns.update(dict.fromkeys(record))
-    return list(columns)
-
-
 def _csv_row(record: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
     return ["" if record.get(column) is None else record[column] for column in columns]
-
-
-def _jsonl_path(source: str | os.PathLike[str]) -> Path:
-    path = Path(source)
-    if path.is_dir():
-        path = path / METRICS_JSONL
-    if not path.is_file():
-        raise InvalidInputError(
-            f"no metrics file at {str(path)!r}: expected a run directory holding "
-            f"{METRICS_JSONL}, or the path of one",
-            field="source",
-            value=str(source),
-        )
-    return path
 
 
 def _cut_torn_tail(path: Path) -> None:

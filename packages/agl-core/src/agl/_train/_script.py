@@ -271,7 +271,7 @@ class Script:
 
     def print_training(self, result: FitResult, run: ScriptRun, out: Any) -> None:
         """Each step's calls and transitions per agent, and the validation reward if any."""
-        from agl._train._metrics import read_metrics
+        from agl._train._metrics_read import read_metrics
         from agl.lightning import agent_steps_table
 
         out.print(agent_steps_table(read_metrics(run.run_dir)))

@@ -294,7 +294,7 @@ class Trainer:
     def _finish(self, result: FitResult) -> None:
         if self.plot and any("reward/mean" in row for row in result.history):
             try:
-                from agl._train._metrics import plot_metrics
+                from agl._train._metrics_read import plot_metrics
 
                 keys = ["reward/mean"]
                 if any("val/reward/mean" in row for row in result.history):

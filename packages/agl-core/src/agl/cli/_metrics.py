@@ -35,7 +35,7 @@ def show(
     ] = None,
 ) -> None:
     """Print the last steps' metrics as a table."""
-    from agl._train._metrics import read_metrics
+    from agl._train._metrics_read import read_metrics
 
     try:
         records = read_metrics(run_dir)
@@ -68,7 +68,7 @@ def plot(
     ] = None,
 ) -> None:
     """Draw metrics against the step into a PNG file."""
-    from agl._train._metrics import plot_metrics
+    from agl._train._metrics_read import plot_metrics
 
     try:
         written = plot_metrics(run_dir, out, keys=key or ("reward/mean",))

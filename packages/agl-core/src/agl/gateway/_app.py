@@ -26,40 +26,30 @@ finished, so a gateway in another process or on another host loses no call to th
 
 With ``enforce_resources=True``, the model name and sampling parameters of the LLM resource the
 rollout runs with override the agent's, so a training run knows which policy produced each call.
+
+This module holds the gateway's settings and routes; serving one call is
+:mod:`agl.gateway._calls`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import time
-import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
-from agl._errors import AglError, InvalidInputError, NotFoundError
+from agl._errors import InvalidInputError
 from agl._ids import PathId, check_id
 from agl._serving._http_allow import refuse_methods
 from agl._serving._server_auth import BearerTokenMiddleware
-from agl.gateway import _forward as forward
 from agl.gateway import _openapi as openapi
 from agl.gateway import _paths as paths
 from agl.gateway._attempts import Attempts
-from agl.gateway._record import CallRecord
-from agl.openai_wire import (
-    WIRES,
-    MessagesWire,
-    Wire,
-    WireError,
-    error_body,
-    read_json,
-    serve_wire,
-    upstream_error,
-)
+from agl.gateway._calls import Calls, openai_error
+from agl.openai_wire import WIRES, error_body
 from agl.openai_wire import WireJSONResponse as JSONResponse
 from agl.store._base import Store
 from agl.store._server_errors import BodyLimitMiddleware
@@ -70,11 +60,6 @@ __all__ = ["Gateway"]
 _PREFIX = paths.OPENAI
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    """An error in the OpenAI wire format, which every OpenAI client understands."""
-    return JSONResponse(error_body(status, message), status_code=status)
-
-
 def _unauthorized(message: str, path: str = "") -> dict[str, Any]:
     """A 401 in the format of the wire the path is on."""
     for name, wire in WIRES.items():
@@ -83,7 +68,7 @@ def _unauthorized(message: str, path: str = "") -> dict[str, Any]:
     return error_body(401, message)
 
 
-class Gateway:
+class Gateway(Calls):
     """The gateway's state and its FastAPI app (:attr:`app`).
 
     Args:
@@ -132,16 +117,6 @@ class Gateway:
         self.attempts = Attempts(store, enforce_resources=enforce_resources)
         self.app = self._create_app()
 
-    def _upstream(self) -> aiohttp.ClientSession:
-        if self._session is None:  # created in the serving event loop, on first use
-            connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-        return self._session
-
-    def upstream_for(self, rollout_id: str) -> str:
-        """The upstream serving a rollout: the same one for all its calls."""
-        return self.upstreams[zlib.crc32(rollout_id.encode()) % len(self.upstreams)]
-
     async def aclose(self) -> None:
         """Send the remaining spans and close upstream connections (and the store, if owned)."""
         import asyncio
@@ -176,7 +151,9 @@ class Gateway:
             error=lambda message: error_body(413, message),
         )
 
-        refuse_methods(app, lambda request: _error(405, f"{request.method} is not allowed here"))
+        refuse_methods(
+            app, lambda request: openai_error(405, f"{request.method} is not allowed here")
+        )
 
         @app.get("/health")
         async def health() -> dict[str, Any]:
@@ -185,7 +162,7 @@ class Gateway:
         @app.get(_PREFIX + "/models", responses=openapi.ERRORS)
         async def models(rollout_id: PathId, attempt_id: PathId, request: Request) -> Response:
             # an unknown attempt is not found here, as on every other route of it
-            unknown = await self._attempt_error(_error, rollout_id, attempt_id)
+            unknown = await self._attempt_error(openai_error, rollout_id, attempt_id)
             if unknown is not None:
                 return unknown
             upstream = self.upstream_for(rollout_id)
@@ -195,7 +172,7 @@ class Gateway:
                 ) as reply:
                     content, status = await reply.read(), reply.status
             except (aiohttp.ClientError, TimeoutError) as exc:
-                return _error(502, f"upstream {upstream} unreachable: {exc}")
+                return openai_error(502, f"upstream {upstream} unreachable: {exc}")
             return Response(content, status, media_type="application/json")
 
         @app.post(paths.FLUSH, responses=openapi.FLUSH_RESPONSES)
@@ -204,13 +181,13 @@ class Gateway:
                 check_id(rollout_id, "rollout_id", segment=True)
                 check_id(attempt_id, "attempt_id", segment=True)
             except InvalidInputError as exc:
-                return _error(400, exc.message)
+                return openai_error(400, exc.message)
             # Every call answered so far was submitted before its answer went out: once the
             # sender has settled what it holds now, the attempt's calls are in the store.
             if await self.sender.flush_async(self._flush_timeout):
                 return JSONResponse({"flushed": True})
             message = f"the store did not take the recorded calls within {self._flush_timeout} s"
-            return _error(504, message)
+            return openai_error(504, message)
 
         @app.post(
             _PREFIX + "/chat/completions",
@@ -257,188 +234,3 @@ class Gateway:
             return await self._count_tokens(rollout_id, attempt_id, request)
 
         return app
-
-    def _headers(self, request: Request) -> dict[str, str]:
-        if self._api_key:
-            return {"authorization": f"Bearer {self._api_key}"}
-        if self._token:  # the agent's Authorization carries the gateway's own token
-            return {}
-        given = request.headers.get("authorization")
-        if not given and request.headers.get("x-api-key"):  # an Anthropic client's key
-            given = f"Bearer {request.headers['x-api-key']}"
-        return {"authorization": given} if given else {}
-
-    # --- one call ---------------------------------------------------------------------------
-
-    async def _wire_call(
-        self, wire: Wire, rollout_id: str, attempt_id: str, request: Request
-    ) -> Response:
-        """A call on a wire other than chat: translated into one chat call (recorded as such,
-        with the wire and the request as it came) and its answer back."""
-        try:
-            body = read_json(await request.body())
-        except WireError as exc:
-            return wire.error_response(exc.status, exc.message, exc.field)
-        unknown = await self._attempt_error(wire.error_response, rollout_id, attempt_id)
-        if unknown is not None:
-            return unknown
-
-        async def chat(translated: dict[str, Any]) -> Response:
-            return await self._call(
-                "chat", rollout_id, attempt_id, request, body=translated, wire=(wire, body)
-            )
-
-        return await serve_wire(wire, body, request.headers, chat)
-
-    async def _attempt_error(
-        self, error: Callable[[int, str], Response], rollout_id: str, attempt_id: str
-    ) -> Response | None:
-        """``error(status, message)`` (in the wire's format) when the attempt is unknown
-        (whatever the body, as on chat) or the store cannot say; None when it is known."""
-        try:
-            await self.attempts.check(rollout_id, attempt_id)
-        except InvalidInputError as exc:
-            return error(400, exc.message)
-        except NotFoundError as exc:
-            return error(404, exc.message)
-        except AglError as exc:
-            return error(503, f"the gateway cannot reach its store: {exc.message}")
-        return None
-
-    async def _count_tokens(self, rollout_id: str, attempt_id: str, request: Request) -> Response:
-        """The Messages API's token count, by the engine's own tokenizer (not a call: nothing
-        is generated or recorded)."""
-        wire = WIRES["messages"]
-        assert isinstance(wire, MessagesWire)
-        try:
-            body = read_json(await request.body())
-        except WireError as exc:
-            return wire.error_response(exc.status, exc.message, exc.field)
-        unknown = await self._attempt_error(wire.error_response, rollout_id, attempt_id)
-        if unknown is not None:
-            return unknown
-        try:
-            ask = wire.tokenize_request(body, request.headers)
-        except WireError as exc:
-            return wire.error_response(exc.status, exc.message, exc.field)
-        upstream = self.upstream_for(rollout_id)
-        url = upstream.removesuffix("/v1") + "/tokenize"  # vLLM serves it beside /v1
-        try:
-            async with self._upstream().post(
-                url, json=ask, headers=self._headers(request)
-            ) as reply:
-                content, status = await reply.read(), reply.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return wire.error_response(502, f"upstream {upstream} unreachable: {exc}")
-        if status >= 400:
-            message = upstream_error(content)
-            if status == 404:
-                message = f"the engine at {upstream} cannot count tokens (no /tokenize): {message}"
-            return wire.error_response(status, message)
-        try:
-            count = json.loads(content)["count"]
-        except (ValueError, KeyError, TypeError):
-            return wire.error_response(502, f"upstream {upstream} sent no token count")
-        return JSONResponse({"input_tokens": count})
-
-    async def _call(
-        self,
-        kind: str,
-        rollout_id: str,
-        attempt_id: str,
-        request: Request,
-        *,
-        body: dict[str, Any] | None = None,
-        wire: tuple[Wire, dict[str, Any]] | None = None,
-    ) -> Response:
-        if body is None:
-            try:
-                body = read_json(await request.body())
-            except WireError as exc:
-                return _error(exc.status, exc.message)
-        try:
-            resources_id = await self.attempts.check(rollout_id, attempt_id)
-        except InvalidInputError as exc:
-            return _error(400, exc.message)
-        except NotFoundError as exc:
-            return _error(404, exc.message)
-        except AglError as exc:
-            return _error(503, f"the gateway cannot reach its store: {exc.message}")
-        llm = None
-        if self.enforce_resources:
-            llm = await self.attempts.llm_for(body, resources_id, request.headers.get("host", ""))
-            if llm is not None:
-                body = {**body, **llm.sampling_parameters, "model": llm.model}
-        upstream = self.upstream_for(rollout_id)
-        record = CallRecord(rollout_id, attempt_id, kind, upstream, body, resources_id=resources_id)
-        if wire is not None:
-            record.wire, record.wire_request = wire
-        # An upstream that names its weight version overrides this (see take_headers).
-        record.weight_version = None if llm is None else llm.weight_version
-        forwarded = forward.ask_for_tokens(body, kind)
-        # A translated call's answer goes to the translation, which takes what it needs.
-        asked = forwarded if wire is not None else body
-        url = f"{upstream}/{'chat/completions' if kind == 'chat' else 'completions'}"
-        headers = self._headers(request)
-        if body.get("stream"):
-            return await self._stream(record, url, forwarded, headers, asked)
-        started = time.perf_counter()
-        try:
-            async with self._upstream().post(url, json=forwarded, headers=headers) as reply:
-                content, status = await reply.read(), reply.status
-                record.take_headers(reply.headers)
-        except TimeoutError:
-            return self._failed(record, 504, f"upstream {upstream} timed out")
-        except aiohttp.ClientError as exc:
-            return self._failed(record, 502, f"upstream {upstream} unreachable: {exc}")
-        record.upstream_ms = (time.perf_counter() - started) * 1000
-        if status >= 400:
-            text = content[:500].decode(errors="replace")
-            record.error = f"upstream answered {status}: {text}"
-            self._submit(record)
-            return Response(content, status, media_type="application/json")
-        try:
-            data = json.loads(content)
-        except (ValueError, RecursionError):
-            return self._failed(record, 502, f"upstream {upstream} sent no JSON")
-        record.take_response(data)
-        self._submit(record)
-        return JSONResponse(forward.as_asked(data, asked, kind))
-
-    def _submit(self, record: CallRecord) -> None:
-        """Hand the finished call to the sender, which builds its span off the request path."""
-        record.end_ns = time.time_ns()
-        self.sender.submit(record.to_span)
-
-    def _failed(self, record: CallRecord, status: int, message: str) -> JSONResponse:
-        record.error = message
-        self._submit(record)
-        return _error(status, message)
-
-    async def _stream(
-        self,
-        record: CallRecord,
-        url: str,
-        forwarded: dict[str, Any],
-        headers: dict[str, str],
-        asked: dict[str, Any],
-    ) -> Response:
-        started = time.perf_counter()
-        try:
-            reply = await self._upstream().post(url, json=forwarded, headers=headers)
-        except TimeoutError:
-            return self._failed(record, 504, f"upstream {record.upstream} timed out")
-        except aiohttp.ClientError as exc:
-            message = f"upstream {record.upstream} unreachable: {exc}"
-            return self._failed(record, 502, message)
-        if reply.status >= 400:
-            content = await reply.read()
-            reply.release()
-            text = content[:500].decode(errors="replace")
-            record.error = f"upstream answered {reply.status}: {text}"
-            self._submit(record)
-            return Response(content, reply.status, media_type="application/json")
-        record.take_headers(reply.headers)
-
-        relay = forward.relay(reply, record, asked, started, self._submit)
-        return StreamingResponse(relay, media_type="text/event-stream")

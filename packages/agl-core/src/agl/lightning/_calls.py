@@ -13,9 +13,9 @@ pairs the two, decides which agent each call belongs to and which rewards follow
   conventions (:func:`~agl.tracing.is_llm_span`: ``agl.span.type``,
   ``gen_ai.operation.name``, ``gen_ai.system``), never by its name, so tool-calling and
   structured-output calls of every framework count.
-- **Repair** the span tree: a span whose parent is missing from the attempt, or whose parent's
-  time range does not contain it (context lost across a thread or a callback), is re-attached
-  to the innermost span that does contain it.
+- **Repair** the span tree (:mod:`agl.lightning._span_tree`): a span whose parent is missing
+  from the attempt, or whose parent's time range does not contain it (context lost across a
+  thread or a callback), is re-attached to the innermost span that does contain it.
 - **Attribute** each call to the nearest enclosing span that names an agent
   (``agl.agent.name``, set by :func:`agl.agent_span` and the framework adapters); the call's own
   span may name it too. Gateway-only calls are attributed by time.
@@ -35,6 +35,7 @@ from typing import Any
 
 from agl import semconv
 from agl._spans import Span
+from agl.lightning._span_tree import agent_by_time, agent_of, repaired_parents
 from agl.tracing._conventions import is_llm_span
 from agl.tracing._same_call import same_call_groups
 
@@ -156,17 +157,17 @@ def extract_calls(spans: Sequence[Span]) -> AttemptCalls:
         if isinstance(name, str) and name:
             named[span.span_id] = name
 
-    parents = _repaired_parents(spans, by_id, counts)
+    parents = repaired_parents(spans, by_id, counts)
     llm = _one_span_per_response(llm, parents, named, counts)
     pairs = _join(gateway, llm, counts)
     agent_spans = [by_id[span_id] for span_id in named]
     calls = []
     for gate, inst in pairs:
         if inst is not None:
-            agent = _agent_of(inst.span_id, parents, named)
+            agent = agent_of(inst.span_id, parents, named)
         else:
             assert gate is not None
-            agent = _agent_by_time(gate, agent_spans, named)
+            agent = agent_by_time(gate, agent_spans, named)
         calls.append(_call(rollout_id, attempt_id, gate, inst, agent))
     calls.sort(key=lambda call: call.start_ns)
     for index, call in enumerate(calls):
@@ -177,89 +178,6 @@ def extract_calls(spans: Sequence[Span]) -> AttemptCalls:
         final = _reward_value(rewards[-1])
         _give_step_rewards(rewards[:-1], calls, counts)
     return AttemptCalls(rollout_id, attempt_id, calls, final, counts)
-
-
-# --- the span tree ----------------------------------------------------------------------------
-
-
-def _contains(outer: Span, inner: Span) -> bool:
-    outer_end = outer.end_time_unix_nano
-    inner_end = inner.end_time_unix_nano
-    if outer.start_time_unix_nano > inner.start_time_unix_nano:
-        return False
-    if outer_end is None:
-        return True
-    return inner_end is not None and inner_end <= outer_end
-
-
-def _repaired_parents(
-    spans: Sequence[Span], by_id: dict[str, Span], counts: dict[str, int]
-) -> dict[str, str | None]:
-    """Each span's parent, with lost or implausible parents replaced by time containment."""
-    parents: dict[str, str | None] = {}
-    lost = []
-    for span in spans:
-        parent_id = span.parent_id
-        parent = by_id.get(parent_id) if parent_id is not None else None
-        if parent is not None and (parent is span or not _contains(parent, span)):
-            parent = None
-        if parent is None and parent_id is not None:
-            lost.append(span)
-        parents[span.span_id] = parent.span_id if parent is not None else None
-    for span in lost:
-        home = _innermost_container(span, spans)
-        if home is not None:
-            parents[span.span_id] = home.span_id
-            counts["reparented_spans"] += 1
-    # Roots that are not the attempt's outermost span (a thread that lost its context
-    # entirely) are re-attached the same way.
-    lost_ids = {span.span_id for span in lost}
-    roots = [
-        span
-        for span in spans
-        if parents[span.span_id] is None
-        and span.span_id not in lost_ids
-        and span.attributes.get(_TYPE) != _GATEWAY
-    ]
-    if len(roots) > 1:
-        for span in roots:
-            home = _innermost_container(span, spans)
-            if home is not None:
-                parents[span.span_id] = home.span_id
-                counts["reparented_spans"] += 1
-    return parents
-
-
-def _innermost_container(span: Span, spans: Sequence[Span]) -> Span | None:
-    best: Span | None = None
-    for other in spans:
-        if other is span or other.attributes.get(_TYPE) == _GATEWAY:
-            continue
-        if not _contains(other, span) or _contains(span, other):
-            continue
-        if best is None or _contains(best, other):
-            best = other
-    return best
-
-
-def _agent_of(span_id: str, parents: dict[str, str | None], named: dict[str, str]) -> str | None:
-    current: str | None = span_id
-    seen = 0
-    while current is not None and seen <= len(parents):
-        name = named.get(current)
-        if name is not None:
-            return name
-        current = parents.get(current)
-        seen += 1
-    return None
-
-
-def _agent_by_time(call: Span, agent_spans: list[Span], named: dict[str, str]) -> str | None:
-    best: Span | None = None
-    for span in agent_spans:
-        if _contains(span, call) and (best is None or _contains(best, span)):
-            best = span
-    return named[best.span_id] if best is not None else None
 
 
 # --- joining gateway and instrumented spans ----------------------------------------------------
@@ -281,7 +199,7 @@ def _one_span_per_response(
     for group in same_call_groups(llm):
         counts["duplicate_llm_spans"] += len(group) - 1
         chosen = next(
-            (span for span in group if _agent_of(span.span_id, parents, named) is not None),
+            (span for span in group if agent_of(span.span_id, parents, named) is not None),
             group[0],
         )
         kept.add(chosen.span_id)

@@ -58,7 +58,7 @@ import pytest
 from pydantic import JsonValue
 
 import agl
-from agl._train._metrics import read_metrics
+from agl._train._metrics_read import read_metrics
 from agl.store._memory import MemoryStore
 from agl.testing._suite import check_suite_intact
 
@@ -276,17 +276,22 @@ class AlgorithmConformance:
     def test_published_resources_validate(self, outcome: FitOutcome) -> None:
         from agl.plugins import PluginManager
 
-        known = {**PluginManager().provided("agl_resource_types"), **agl.resource_types()}
+        plugins = PluginManager()
+        known = plugins.provided("agl_resource_types")
         for update in outcome.published:
             for name, resource in update.resources.items():
                 assert resource.type in known, (
-                    f"resource {name!r} has type {resource.type!r}, which no one provides "
-                    "(the agl_resource_types hook, or agl.register_resource_type)"
+                    f"resource {name!r} has type {resource.type!r}, which no plugin provides "
+                    "(the agl_resource_types hook)"
                 )
                 if not isinstance(resource, agl.GenericResource):  # a store may keep it generic
                     assert type(resource) is known[resource.type], name
+            # A plugin's type comes back from JSON generic; its plugin turns it back.
             again = agl.ResourcesUpdate.model_validate_json(update.model_dump_json())
-            assert again == update, f"resource set {update.resources_id} changes in JSON"
+            assert plugins.upgrade_resources(again.resources) == plugins.upgrade_resources(
+                update.resources
+            ), f"resource set {update.resources_id} changes in JSON"
+            assert again.model_dump() == update.model_dump(), update.resources_id
 
     def test_runs_twice_in_one_process(
         self, fit: Fit, algorithm_factory: Callable[[], agl.Algorithm]

@@ -166,7 +166,7 @@ def failure(exc: BaseException) -> str:
     """``Type: message (at file:line)``, the line being the innermost one of plugin code."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    ours = (__file__, __file__.replace("_plugin_checks", "plugins"))
+    ours = (__file__, os.path.join(os.path.dirname(__file__), "_registry.py"))
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)

@@ -1,0 +1,1 @@
+"""The plugin manager's implementation; :mod:`agl.plugins` is its public face."""
