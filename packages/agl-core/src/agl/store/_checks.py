@@ -50,10 +50,19 @@ def check_request_ids(requests: Sequence[RolloutRequest]) -> None:
 
 
 def check_span_ids(spans: Sequence[Span]) -> None:
-    """Check the rollout and attempt ids of a batch of spans (see :func:`check_request_ids`)."""
+    """Check the rollout and attempt ids of a batch of spans (see :func:`check_request_ids`).
+
+    A batch names few attempts: each (rollout, attempt) pair is checked once, where it first
+    appears, which is where the error points to.
+    """
+    checked: set[tuple[str, str]] = set()
     for index, span in enumerate(spans):
+        pair = (span.rollout_id, span.attempt_id)
+        if type(pair[0]) is str and type(pair[1]) is str and pair in checked:
+            continue
         check_id(span.rollout_id, f"spans[{index}].rollout_id", segment=True)
         check_id(span.attempt_id, f"spans[{index}].attempt_id", segment=True)
+        checked.add(pair)
 
 
 def as_resources(resources: object) -> dict[str, Resource]:

@@ -148,7 +148,10 @@ class PostgresStore(StatefulStore):
     def _run_sync(self, operation: Callable[[Transaction], T]) -> T:
         for attempt in range(self._retries + 1):
             try:
-                with self._pool.connection() as db, db.transaction():
+                # In pipeline mode a statement whose result nobody reads (most writes) is
+                # sent without waiting for its answer: the round trips of an operation are
+                # those of its reads, plus the commit.
+                with self._pool.connection() as db, db.pipeline(), db.transaction():
                     result = operation(sql.PostgresTransaction(db))
                 return result
             except _RACES:

@@ -269,8 +269,9 @@ class PostgresTransaction:
     def spans_insert(self, spans: Sequence[tuple[Span, int]]) -> None:
         # As in SQLite: the stored JSON leaves out defaults and starts with the sequence id.
         # A span another server stored meanwhile trips the unique index and the operation is
-        # retried. Batches go by COPY, which streams the rows in one statement (several times
-        # faster than INSERTs); a lone span by INSERT, which costs one round trip, not three.
+        # retried. A batch is one statement, its rows bound as one binary array per column
+        # (COPY would stream them as fast, but cannot run in the pipeline the store's
+        # transactions run in).
         if len(spans) == 1:
             self.db.execute(
                 "INSERT INTO agl_spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, "
@@ -278,15 +279,13 @@ class PostgresTransaction:
                 span_row(*spans[0]),
             )
             return
-        with (
-            self.db.cursor() as cursor,
-            cursor.copy(
-                "COPY agl_spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, data) "
-                "FROM STDIN"
-            ) as copy,
-        ):
-            for span, sequence_id in spans:
-                copy.write_row(span_row(span, sequence_id))
+        rows = [span_row(span, sequence_id) for span, sequence_id in spans]
+        self.db.execute(
+            "INSERT INTO agl_spans (rollout_id, sequence_id, attempt_id, trace_id, span_id, "
+            "data) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
+            "%b::text[], %b::text[])",
+            [list(column) for column in zip(*rows, strict=True)],
+        )
 
     def spans_query(
         self, rollout_id: str, attempt_id: str | None, after: int = 0, limit: int | None = None
