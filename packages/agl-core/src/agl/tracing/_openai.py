@@ -86,10 +86,12 @@ class _SharedPatches:
 
     def _start(self, tracer: Tracer) -> None:
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+        from opentelemetry.metrics import get_meter_provider
 
-        self._skip_metrics_that_go_nowhere()
+        meter_provider = get_meter_provider()
+        self._skip_metrics_that_go_nowhere(meter_provider)
         instrumentor = OpenAIInstrumentor()
-        instrumentor.instrument(tracer_provider=tracer.provider)
+        instrumentor.instrument(tracer_provider=tracer.provider, meter_provider=meter_provider)
         self._instrumentor = instrumentor
         self._tracer = tracer
         self._speed_up_sync_calls()
@@ -148,7 +150,7 @@ class _SharedPatches:
         for module_name in _SETTER_MODULES:
             self._replace(module_name, "_set_span_attribute", lambda original: setter)
 
-    def _skip_metrics_that_go_nowhere(self) -> None:
+    def _skip_metrics_that_go_nowhere(self, meter_provider: Any) -> None:
         """Leave the instrumentation's metrics off unless an SDK meter provider is installed.
 
         Without one, OpenTelemetry's global meter provider discards every measurement, yet
@@ -157,10 +159,9 @@ class _SharedPatches:
         Instrumenting with an SDK :class:`~opentelemetry.sdk.metrics.MeterProvider` installed
         (``opentelemetry.metrics.set_meter_provider``) records the metrics as before.
         """
-        from opentelemetry.metrics import get_meter_provider
         from opentelemetry.sdk.metrics import MeterProvider
 
-        if isinstance(get_meter_provider(), MeterProvider):
+        if isinstance(meter_provider, MeterProvider):
             return
         for module_name in ("v1", "v0"):
             self._replace(module_name, "is_metrics_enabled", lambda original: _false)
