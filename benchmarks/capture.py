@@ -3,8 +3,8 @@
 1. Tracing overhead. An agent makes N chat calls with the real ``openai`` client to the scripted
    OpenAI-compatible server (its own process), with and without agl's tracer and OpenAI
    instrumentation, interleaved in rounds so drift hits both alike. Reports the time per call
-   each way and the difference (target: at most 300 µs added per call), and checks that every
-   traced call reached the store.
+   each way and the difference (target: at most 200 µs added per call), the same taken call by
+   call (medians, fastest calls), and checks that every traced call reached the store.
 2. Gateway latency. The same request sent straight to the upstream and through the gateway
    (``agl gateway serve`` in its own process, spans to ``agl store serve``), one at a time:
    p50/p99 of each and the added latency (target: p50 at most 1 ms added).
@@ -70,20 +70,31 @@ def process(command: list[str], health: str) -> Iterator[None]:
 
 
 def tracing_overhead(upstream: str, calls: int, rounds: int = 4) -> dict[str, float]:
-    """Time N calls plain and N calls traced, interleaved; verify the traced ones were stored."""
+    """Time N calls plain and N calls traced, interleaved; verify the traced ones were stored.
+
+    Besides the totals, each call is timed alone: the difference of the medians and of the
+    fastest calls holds up on a loaded machine, where a few preempted calls swing the totals.
+    """
     client = openai.OpenAI(base_url=upstream, api_key="k")
     for _ in range(50):  # warm up connections and code paths
         client.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
     store = MemoryStore()
     plain = traced = 0.0
+    plain_calls: list[float] = []
+    traced_calls: list[float] = []
     per_round = calls // rounds
+
+    def timed_calls(into: list[float]) -> float:
+        start = time.perf_counter()
+        for _ in range(per_round):
+            began = time.perf_counter()
+            client.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+            into.append(time.perf_counter() - began)
+        return time.perf_counter() - start
 
     async def run_traced(tracer: agl.Tracer, rollout_id: str, attempt_id: str) -> float:
         async with tracer.rollout(rollout_id, attempt_id):
-            start = time.perf_counter()
-            for _ in range(per_round):
-                client.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
-            return time.perf_counter() - start
+            return timed_calls(traced_calls)
 
     async def main() -> tuple[float, float, int]:
         nonlocal plain, traced
@@ -92,10 +103,7 @@ def tracing_overhead(upstream: str, calls: int, rounds: int = 4) -> dict[str, fl
         with agl.Tracer(store) as tracer:
             instrumentation = OpenAIInstrumentation(tracer)
             for claim in claims:
-                start = time.perf_counter()
-                for _ in range(per_round):
-                    client.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
-                plain += time.perf_counter() - start
+                plain += timed_calls(plain_calls)
                 instrumentation.instrument()
                 ids = claim.rollout.rollout_id, claim.attempt.attempt_id
                 traced += await run_traced(tracer, *ids)
@@ -113,6 +121,8 @@ def tracing_overhead(upstream: str, calls: int, rounds: int = 4) -> dict[str, fl
         "plain_us": plain / (per_round * rounds) * 1e6,
         "traced_us": traced / (per_round * rounds) * 1e6,
         "added_us": (traced - plain) / (per_round * rounds) * 1e6,
+        "added_median_us": (statistics.median(traced_calls) - statistics.median(plain_calls)) * 1e6,
+        "added_best_us": (min(traced_calls) - min(plain_calls)) * 1e6,
     }
 
 
@@ -213,7 +223,9 @@ def main() -> None:
     rows = [
         ("openai call, untraced", f"{overhead['plain_us']:.0f} µs/call", ""),
         ("openai call, traced + instrumented", f"{overhead['traced_us']:.0f} µs/call", ""),
-        ("tracing: added per call", f"{overhead['added_us']:.0f} µs", "≤ 300 µs"),
+        ("tracing: added per call", f"{overhead['added_us']:.0f} µs", "≤ 200 µs"),
+        ("tracing: added, median / fastest single call",
+         f"{overhead['added_median_us']:.0f} / {overhead['added_best_us']:.0f} µs", ""),
         ("direct call latency p50 / p99",
          f"{statistics.median(direct):.2f} / {percentile(direct, 99):.2f} ms", ""),
         ("through gateway p50 / p99",

@@ -192,6 +192,43 @@ async def test_omitted_parameters_are_left_out_without_warnings(
     assert not [r for r in caplog.records if "Invalid type" in r.getMessage()]
 
 
+async def test_metrics_reach_an_installed_meter_provider(
+    client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without an SDK meter provider the instrumentation's metrics are skipped (they would go
+    # nowhere); with one, they are recorded as the instrumentation records them.
+    import opentelemetry.metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(opentelemetry.metrics, "get_meter_provider", lambda: provider)
+    async with MemoryStore() as store:
+        with agl.Tracer(store) as tracer:
+            instrumentation = OpenAIInstrumentation(tracer)
+            instrumentation.instrument()
+            try:
+                [(rollout_id, attempt_id)] = await claim(store)
+                async with tracer.rollout(rollout_id, attempt_id):
+                    client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "hi"}]
+                    )
+            finally:
+                instrumentation.uninstrument()
+        assert len(llm_spans(await store.query_spans(rollout_id))) == 1
+    data = reader.get_metrics_data()
+    assert data is not None
+    names = {
+        metric.name
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= names
+    provider.shutdown()
+
+
 async def test_sync_calls_inside_a_running_loop_start_no_thread(
     client: openai.OpenAI, setup: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

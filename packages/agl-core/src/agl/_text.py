@@ -18,6 +18,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def valid_text(text: str) -> str:
     """``text`` with every lone surrogate replaced by U+FFFD (``text`` itself when it has none)."""
+    if text.isascii():  # the common case, checked without encoding a copy
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -103,7 +103,9 @@ def _legacy_message(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tool_calls(output_messages: Any) -> list[dict[str, Any]]:
-    if not isinstance(output_messages, str):
+    # Most calls ask for no tool: their messages are not parsed. (JSON writers escape no ASCII
+    # letter, so a tool-call part always spells its type out.)
+    if not isinstance(output_messages, str) or "tool_call" not in output_messages:
         return []
     try:
         messages = json.loads(output_messages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind as OtelSpanKind
 from opentelemetry.trace import StatusCode as OtelStatusCode
@@ -43,7 +44,7 @@ def to_agl_span(span: ReadableSpan, rollout_id: str, attempt_id: str) -> Span:
         parent_id=None if parent is None else f"{parent.span_id:016x}",
         name=valid_text(span.name),
         kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-        status=SpanStatus(
+        status=SpanStatus.model_construct(
             code=_CODES.get(span.status.status_code, StatusCode.UNSET),
             description=None
             if span.status.description is None
@@ -68,8 +69,22 @@ def to_agl_span(span: ReadableSpan, rollout_id: str, attempt_id: str) -> Span:
             )
             for link in span.links
         ],
-        resource=_attributes(span.resource.attributes),
+        resource=_resource_attributes(span.resource),
     )
+
+
+# The last resource converted, and its attributes converted (one slot, shared by threads).
+_last_resource: list[tuple[Resource, dict[str, Any]]] = []
+
+
+def _resource_attributes(resource: Resource) -> dict[str, Any]:
+    """The resource's attributes as JSON values; converted once while spans share a resource
+    (a tracer's spans all do), each span getting its own copy."""
+    last = _last_resource[0] if _last_resource else None
+    if last is None or last[0] is not resource:
+        last = (resource, _attributes(resource.attributes))
+        _last_resource[:] = [last]
+    return dict(last[1])
 
 
 def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -86,14 +86,17 @@ class _SharedPatches:
 
     def _start(self, tracer: Tracer) -> None:
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+        from opentelemetry.metrics import get_meter_provider
 
+        meter_provider = get_meter_provider()
+        self._skip_metrics_that_go_nowhere(meter_provider)
         instrumentor = OpenAIInstrumentor()
-        instrumentor.instrument(tracer_provider=tracer.provider)
+        instrumentor.instrument(tracer_provider=tracer.provider, meter_provider=meter_provider)
         self._instrumentor = instrumentor
         self._tracer = tracer
         self._speed_up_sync_calls()
         self._check_the_openai_version_once()
-        self._skip_omitted_values()
+        self._set_attributes_in_one_step()
         self._tolerate_null_usage_details()
 
     def _stop(self) -> None:
@@ -121,29 +124,57 @@ class _SharedPatches:
         setattr(module, name, make(original))
         self._originals.append((module, name, original))
 
-    def _skip_omitted_values(self) -> None:
-        """Leave out request parameters the caller omitted with openai 2's ``omit``.
+    def _set_attributes_in_one_step(self) -> None:
+        """Set each request and response attribute through one small function.
 
-        The instrumentation skips ``NOT_GIVEN`` but not ``openai.Omit``, which clients such as
-        the Agents SDK pass for settings they leave unset (``top_p=omit``): OpenTelemetry then
-        drops the value with a warning per call. Each module's copy of the instrumentation's
-        ``_set_span_attribute`` is wrapped to skip those values too.
+        Each module of the instrumentation holds a copy of ``_set_span_attribute``, which skips
+        ``None``, ``""`` and ``NOT_GIVEN`` but not openai 2's ``omit``, which clients such as the
+        Agents SDK pass for settings they leave unset (``top_p=omit``): OpenTelemetry would then
+        drop the value with a warning per call. A call sets some twenty attributes, so the copies
+        are replaced by one function that skips all four kinds of missing value with one check
+        each and writes straight to the span.
         """
         import openai
 
-        omit = getattr(openai, "Omit", None)
-        if omit is None:
-            return
+        missing = tuple(
+            kind
+            for kind in (getattr(openai, "Omit", None), getattr(openai, "NotGiven", None))
+            if isinstance(kind, type)
+        )
 
-        def make(original: Any) -> Any:
-            def setter(span: Any, key: str, value: Any) -> None:
-                if not isinstance(value, omit):
-                    original(span, key, value)
-
-            return setter
+        def setter(span: Any, key: str, value: Any) -> None:
+            if value is None or isinstance(value, missing) or value == "":
+                return
+            span.set_attribute(key, value)
 
         for module_name in _SETTER_MODULES:
-            self._replace(module_name, "_set_span_attribute", make)
+            self._replace(module_name, "_set_span_attribute", lambda original: setter)
+
+    def _skip_metrics_that_go_nowhere(self, meter_provider: Any) -> None:
+        """Leave the instrumentation's metrics off unless an SDK meter provider is installed.
+
+        Without one, OpenTelemetry's global meter provider discards every measurement, yet
+        the instrumentation builds each call's metric attributes (the base URL as text, the
+        vendor, one dict per token type) before handing them over: some 15 µs a call.
+        Instrumenting with an SDK :class:`~opentelemetry.sdk.metrics.MeterProvider` installed
+        (``opentelemetry.metrics.set_meter_provider``) records the metrics as before.
+        """
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        if isinstance(meter_provider, MeterProvider):
+            return
+        for module_name in ("v1", "v0"):
+            self._replace(module_name, "is_metrics_enabled", lambda original: _false)
+
+        def make(original: Any) -> Any:
+            def metrics(instance: Any, *instruments_and_values: Any, **options: Any) -> Any:
+                if not any(instruments_and_values[:3]):  # token, choice and duration meters
+                    return None
+                return original(instance, *instruments_and_values, **options)
+
+            return metrics
+
+        self._replace("shared.chat_wrappers", "_set_chat_metrics", make)
 
     def _tolerate_null_usage_details(self) -> None:
         """Record usage whose ``prompt_tokens_details`` is ``null``, as vLLM sends it.
@@ -211,6 +242,10 @@ class _SharedPatches:
 
 
 _patches = _SharedPatches()
+
+
+def _false() -> bool:
+    return False
 
 
 def _remove_leftover_wrappers() -> None:

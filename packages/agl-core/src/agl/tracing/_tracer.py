@@ -66,8 +66,9 @@ class _StampingProcessor(SpanProcessor):
     def on_start(self, span: SdkSpan, parent_context: otel_context.Context | None = None) -> None:
         binding = otel_context.get_value(_BINDING, parent_context)
         if isinstance(binding, RolloutBinding) and binding.tracer is self._tracer:
-            span.set_attribute(semconv.AGL_ROLLOUT_ID, binding.rollout_id)
-            span.set_attribute(semconv.AGL_ATTEMPT_ID, binding.attempt_id)
+            ids = {semconv.AGL_ROLLOUT_ID: binding.rollout_id}
+            ids[semconv.AGL_ATTEMPT_ID] = binding.attempt_id
+            span.set_attributes(ids)
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
