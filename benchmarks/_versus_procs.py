@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,15 +80,6 @@ def stop(procs: list[subprocess.Popen[Any]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def wait_healthy(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
 
 
 class LoadClient:

@@ -38,9 +38,8 @@ from typing import Any
 
 import agl
 from _versus_procs import REFERENCE_ENV, LoadClient, load_clients, processes, reference_python
-from _versus_procs import wait_healthy as wait_up
 from agl.testing.ports import free_port
-from runner import LLM_SERVER, check, run_batch
+from runner import LLM_SERVER, check, run_batch, wait_healthy
 from store import http_server
 
 HERE = Path(__file__).resolve().parent
@@ -211,7 +210,8 @@ def print_table(table: list[tuple[str, dict[str, float]]], args: argparse.Namesp
         for name in names:
             rate = medians.get(name)
             ratio = f" ({rate / ref:.2f}x)" if rate and ref and name != "reference" else ""
-            cells.append("" if rate is None else f"{rate:,.0f}{ratio}")
+            shown = "" if rate is None else f"{rate:,.1f}" if rate < 100 else f"{rate:,.0f}"
+            cells.append(f"{shown}{ratio}")
         out.add_row(label, *cells)
     Console(width=200).print(out)
 
@@ -285,7 +285,7 @@ def main() -> None:
             f"http://127.0.0.1:{null_port}/health",
             f"{llm}/health",
         ):
-            wait_up(url, timeout=600)
+            wait_healthy(url, timeout=600)
         every = [
             Side("reference", ref_url, ref_clients),
             Side("agl sqlite", sqlite_url, agl_clients),
