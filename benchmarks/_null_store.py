@@ -1,35 +1,38 @@
-"""A store that does nothing, served as ``agl store serve`` serves a real one: the HTTP layer's
-own limit for the single-request rows of ``store_single.py``."""
+"""A store that does nothing on the hot calls, served by agl's own server stack: the limit the
+HTTP layer puts on a store (``versus.py``'s "bare HTTP layer" side).
+
+``add_spans`` returns sequence ids without storing, ``dequeue_rollouts`` answers ``limit``
+copies of one claim made at start-up, ``update_attempt`` answers that claim's attempt. Every
+other call is the memory store's. The server still parses and validates each request and
+builds each answer, as it does for a real store.
+
+Used by ``versus.py`` (its "bare HTTP layer" side) and ``store_single.py --bare``.
+Run: ``python benchmarks/_null_store.py PORT`` (loopback only).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Sequence
 
-from agl import Attempt, AttemptStatus, Claim, Rollout, RolloutStatus, Span
-from agl._serving._uvicorn import run
-from agl.store._memory import MemoryStore
-from agl.store._server import create_app
+from agl import Attempt, AttemptStatus, Claim, RolloutRequest, Span
+from agl.store import MemoryStore
+from agl.store._serve import serve
 
 
 class NullStore(MemoryStore):
-    """Answers a dequeue, a span and an attempt report at once, from canned objects."""
+    """The memory store, with the single-request calls answered without doing anything."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._attempt = Attempt(
-            rollout_id="ro-null",
-            attempt_id="at-null",
-            sequence=1,
-            start_time=0.0,
-            status=AttemptStatus.PREPARING,
-        )
-        rollout = Rollout(
-            rollout_id="ro-null",
-            input={"task": 0},
-            status=RolloutStatus.PREPARING,
-            enqueue_time=0.0,
-        )
-        self._claim = Claim(rollout=rollout, attempt=self._attempt)
+    _claim: Claim
+
+    async def prime(self) -> None:
+        """Make the one claim every dequeue answers with."""
+        await super().enqueue_rollouts([RolloutRequest(input="null")])
+        [self._claim] = await super().dequeue_rollouts(worker_id="null")
+
+    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
+        return list(range(1, len(spans) + 1))
 
     async def dequeue_rollouts(
         self,
@@ -39,10 +42,7 @@ class NullStore(MemoryStore):
         *,
         request_id: str | None = None,
     ) -> list[Claim]:
-        return [self._claim]
-
-    async def add_spans(self, spans: Sequence[Span]) -> list[int]:
-        return [1] * len(spans)
+        return [self._claim] * limit
 
     async def update_attempt(
         self,
@@ -52,10 +52,19 @@ class NullStore(MemoryStore):
         heartbeat: bool = True,
         reason: str | None = None,
     ) -> Attempt:
-        return self._attempt
+        return self._claim.attempt
 
 
 def serve_null(port: int) -> None:
-    """Serve a :class:`NullStore` on loopback until interrupted."""
-    app = create_app(NullStore(), dashboard=False)
-    run(app, host="127.0.0.1", port=port, log_level="warning")
+    """Serve a primed :class:`NullStore` on loopback until interrupted."""
+    store = NullStore()
+    asyncio.run(store.prime())
+    serve(store, port=port, log_level="warning", dashboard=False)
+
+
+def main() -> None:
+    serve_null(int(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    main()
