@@ -7,7 +7,10 @@ sample; a row's tokens are counted up to and including its EOS on both sides). T
 all requests at once and runs them as one batch; ``model.generate`` gets them as one
 left-padded batch. The sides alternate, ``--repeat`` rounds each after one warm-up each; rows
 show the median tokens/s, the engine/transformers ratio and how many rows generated the same
-tokens on both sides (greedy: all of them, up to float rounding ties).
+tokens on both sides (greedy: all of them, up to float rounding ties). Beside tokens/s (wall
+time), each side's tokens per CPU-second of this process: on a shared machine wall time
+swings with the load, CPU time much less, as long as torch's threads do not spin waiting for
+cores they do not get (``--threads 1`` there).
 
 Two models of the quickstart's family (Llama, ~400-token BPE vocabulary, random weights, built
 in code): the quickstart's own (2 layers, 64 wide) and ``--large`` (24 layers, 1024 wide,
@@ -84,6 +87,7 @@ def compare(
     prompts = _prompts(tokenizer, batch, prompt)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rates: dict[str, list[float]] = {"agl engine": [], "transformers generate": []}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in rates}
     outputs: dict[str, list[list[int]]] = {}
     with GenerationEngine(model, tokenizer, device=device, max_batch_size=batch) as engine:
         eos = engine.eos_token_ids
@@ -97,12 +101,14 @@ def compare(
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
             for name in order:
                 _synchronize(device)
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 outputs[name] = sides[name]()
                 _synchronize(device)
-                elapsed = time.perf_counter() - started
-                rates[name].append(sum(len(t) for t in outputs[name]) / elapsed)
+                tokens = sum(len(t) for t in outputs[name])
+                rates[name].append(tokens / (time.perf_counter() - started))
+                cpu_rates[name].append(tokens / (time.process_time() - cpu_started))
     figures = {name: statistics.median(values) for name, values in rates.items()}
+    figures.update({f"{n} (CPU)": statistics.median(v) for n, v in cpu_rates.items()})
     figures["ratio"] = figures["agl engine"] / figures["transformers generate"]
     same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
     figures["rows with the same tokens"] = float(same)
@@ -120,10 +126,13 @@ def main() -> None:
     parser.add_argument("--large-prompt", type=int, default=16)
     parser.add_argument("--large-new-tokens", type=int, default=16)
     parser.add_argument("--large-repeat", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: its own)")
     args = parser.parse_args()
     import torch
 
     torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     shapes = {
         "tiny": (2, 64, args.prompt, args.new_tokens, args.repeat),
         "large": (24, 1024, args.large_prompt, args.large_new_tokens, args.large_repeat),
@@ -138,8 +147,15 @@ def main() -> None:
                 f"{new_tokens} new, greedy, median of {repeat}:"
             )
             for name in ("agl engine", "transformers generate"):
-                print(f"  {name:<24} {figures[name]:>10,.0f} tokens/s")
-            print(f"  {'ratio (agl / transformers)':<24} {figures['ratio']:>10.2f}")
+                print(
+                    f"  {name:<24} {figures[name]:>10,.0f} tokens/s"
+                    f"  {figures[f'{name} (CPU)']:>10,.0f} tokens/CPU-s"
+                )
+            cpu_ratio = figures["agl engine (CPU)"] / figures["transformers generate (CPU)"]
+            print(
+                f"  {'ratio (agl / transformers)':<24} {figures['ratio']:>10.2f}"
+                f"  {cpu_ratio:>10.2f} (CPU)"
+            )
             same = int(figures["rows with the same tokens"])
             print(f"  rows with the same tokens: {same} / {args.batch}")
 
