@@ -97,7 +97,7 @@ class Draw(NamedTuple):
 class Sampler:
     """Per-row sampling for a batch: greedy or temperature + top-p, shared or own generators.
 
-    A step costs one device-to-host copy for the whole batch (two with top logprobs), whatever
+    A step costs one device-to-host copy for the whole batch (three with top logprobs), whatever
     the rows ask for: which rows are greedy, use top-p or have a seed is known on the host from
     their parameters, never read back from the device. A batch of greedy rows takes the fast
     path (an argmax, no softmax of the scaled logits and no noise).
