@@ -44,6 +44,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             "rl_step, 4 x 44 tokens",
         ),
         (
+            "generate.py",
+            ["--sizes", "tiny", "--batch", "4", "--new-tokens", "4", "--repeat", "1"],
+            "rows with the same tokens",
+        ),
+        (
             "async_loop.py",
             [
                 *("--steps", "2", "--sync-runs", "1", "--staleness", "1", "--cap", "0.3"),
@@ -89,6 +94,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
         "lightning",
         "postgres_cpu",
         "torch_loop",
+        "generate",
         "async_loop",
         "learning",
         "store_scale",

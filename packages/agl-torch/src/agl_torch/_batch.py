@@ -105,14 +105,15 @@ def run_batch(
         logits_to_keep=1,
     )
     rows = list(batch)
-    sampler = Sampler([r.params for r in rows], device, rng, version)
+    sampler = Sampler([r.params for r in rows], device, rng)
     while True:
-        chosen = sampler.sample(out.logits[:, -1, :])
+        draw = sampler.sample(out.logits[:, -1, :])
+        chosen = draw.chosen
         count(tokens=len(rows))
         keep = [
             i
-            for i, (request, step) in enumerate(zip(rows, chosen, strict=True))
-            if _advance(request, step, version, stops, count)
+            for i, step in enumerate(zip(draw.ids, draw.logprobs, draw.top_logprobs, strict=True))
+            if _advance(rows[i], step, version, stops, count)
         ]
         if not keep:
             return
@@ -121,13 +122,12 @@ def run_batch(
             index = torch.tensor(keep, device=device)
             cache.batch_select_indices(index)
             rows = [rows[i] for i in keep]
-            mask, positions = mask[index], positions[index]
-            sampler.select(index, keep)
-        next_ids = torch.tensor([[r.token_ids[-1]] for r in rows], device=device)
+            mask, positions, chosen = mask[index], positions[index], chosen[index]
+            sampler.select(keep)
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
         positions = positions[:, -1:] + 1
         out = model(
-            input_ids=next_ids,
+            input_ids=chosen.unsqueeze(-1),
             attention_mask=mask,
             position_ids=positions,
             past_key_values=cache,
@@ -135,15 +135,22 @@ def run_batch(
         )
 
 
-def _advance(request: Request, step: Token, version: int, stops: StopCheck, count: Counter) -> bool:
+def _advance(
+    request: Request,
+    step: tuple[int, float, list[tuple[int, float]]],
+    version: int,
+    stops: StopCheck,
+    count: Counter,
+) -> bool:
     """Add a sampled token to ``request``; finish it if it is done. True if it goes on."""
     if request.cancelled:
         return False
-    request.token_ids.append(step.id)
-    request.logprobs.append(step.logprob)
-    request.top_logprobs.append(step.top_logprobs)
+    token, logprob, top = step
+    request.token_ids.append(token)
+    request.logprobs.append(logprob)
+    request.top_logprobs.append(top)
     if request.stream:
-        request.emit(step)
+        request.emit(Token(token, logprob, top, version))
     finish, stop_reason = stops(request.token_ids, request.params, request.limit)
     if finish is None:
         return True

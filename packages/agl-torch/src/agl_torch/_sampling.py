@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NamedTuple, NoReturn
 
 import torch
 
@@ -78,14 +78,34 @@ class Token:
     weight_version: int
 
 
+class Draw(NamedTuple):
+    """One step's tokens for every row of a batch.
+
+    Attributes:
+        chosen: The token ids, on the device (the next step's input).
+        ids: The same ids, on the host.
+        logprobs: Each row's token logprob under the raw distribution.
+        top_logprobs: Each row's ``top_logprobs`` most likely ``(id, logprob)``, best first.
+    """
+
+    chosen: torch.Tensor
+    ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+
+
 class Sampler:
     """Per-row sampling for a batch: greedy or temperature + top-p, shared or own generators.
+
+    A step costs one device-to-host copy for the whole batch (three with top logprobs), whatever
+    the rows ask for: which rows are greedy, use top-p or have a seed is known on the host from
+    their parameters, never read back from the device. A batch of greedy rows takes the fast
+    path (an argmax, no softmax of the scaled logits and no noise).
 
     Args:
         params: Each row's parameters.
         device: Where the batch's logits are.
         rng: The generator of the rows without a seed.
-        version: The weight version the tokens are labelled with.
     """
 
     def __init__(
@@ -93,50 +113,66 @@ class Sampler:
         params: Sequence[SamplingParams],
         device: torch.device,
         rng: torch.Generator,
-        version: int,
     ) -> None:
-        self.version = version
-        self.temperature = torch.tensor([p.temperature for p in params], device=device)
-        self.top_p = torch.tensor([p.top_p for p in params], device=device)
-        self.top_k = [p.top_logprobs for p in params]
-        self.generators = [_generator(p.seed, device) for p in params]
         self.rng = rng
+        self._device = device
+        self._params = list(params)
+        self.generators = [_generator(p.seed, device) for p in params]
+        self._rows_changed()
 
-    def select(self, index: torch.Tensor, keep: Sequence[int]) -> None:
-        """Keep only the rows ``keep`` (``index`` as a tensor)."""
-        self.temperature, self.top_p = self.temperature[index], self.top_p[index]
-        self.top_k = [self.top_k[i] for i in keep]
+    def _rows_changed(self) -> None:
+        params, device = self._params, self._device
+        self.top_k = [p.top_logprobs for p in params]
+        self._greedy = all(p.temperature == 0 for p in params)
+        self._nucleus = any(p.top_p < 1 for p in params)
+        self._unseeded = any(g is None for g in self.generators)
+        if not self._greedy:
+            self.temperature = torch.tensor([p.temperature for p in params], device=device)
+            self.top_p = torch.tensor([p.top_p for p in params], device=device)
+
+    def select(self, keep: Sequence[int]) -> None:
+        """Keep only the rows ``keep``."""
+        self._params = [self._params[i] for i in keep]
         self.generators = [self.generators[i] for i in keep]
+        self._rows_changed()
 
-    def sample(self, logits: torch.Tensor) -> list[Token]:
+    def sample(self, logits: torch.Tensor) -> Draw:
         """One token per row from ``logits`` (rows x vocabulary)."""
         logits = logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
         chosen = logits.argmax(dim=-1)
-        greedy = self.temperature == 0
-        if not bool(greedy.all()):
-            scaled = logits / torch.where(greedy, 1.0, self.temperature).unsqueeze(-1)
-            probs = _top_p(torch.softmax(scaled, dim=-1), self.top_p)
-            # The exponential race: argmax(p / E), E ~ Exp(1), draws from p (as vLLM samples).
-            noise = torch.empty_like(probs).exponential_(generator=self.rng)
-            for row, generator in enumerate(self.generators):
-                if generator is not None:
-                    noise[row].exponential_(generator=generator)
-            sampled = (probs / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
-            chosen = torch.where(greedy, chosen, sampled)
-        chosen_logprobs = logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).tolist()
+        if not self._greedy:
+            chosen = self._draw(logits, chosen)
+        # log_softmax(x)[i] = x[i] - logsumexp(x): the chosen and top logprobs, without
+        # writing out the log-softmax of the whole vocabulary.
+        normalizer = logits.logsumexp(dim=-1)
+        chosen_logprobs = logits.gather(-1, chosen.unsqueeze(-1)).squeeze(-1) - normalizer
+        # float64 holds every token id exactly: both columns come back in one copy.
+        ids, logprobs = torch.stack([chosen.double(), chosen_logprobs.double()]).tolist()
         k = max(self.top_k)
         top: list[list[tuple[int, float]]] = [[] for _ in self.top_k]
         if k:
-            values, indices = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
-            for row, (vals, ids) in enumerate(zip(values.tolist(), indices.tolist(), strict=True)):
-                top[row] = list(zip(ids, vals, strict=True))[: self.top_k[row]]
-        return [
-            Token(token, logprob, top[row], self.version)
-            for row, (token, logprob) in enumerate(
-                zip(chosen.tolist(), chosen_logprobs, strict=True)
-            )
-        ]
+            values, indices = logits.topk(min(k, logits.shape[-1]), dim=-1)
+            values = values - normalizer.unsqueeze(-1)
+            for row, (vals, toks) in enumerate(zip(values.tolist(), indices.tolist(), strict=True)):
+                top[row] = list(zip(toks, vals, strict=True))[: self.top_k[row]]
+        return Draw(chosen, [int(token) for token in ids], logprobs, top)
+
+    def _draw(self, logits: torch.Tensor, greedy_choice: torch.Tensor) -> torch.Tensor:
+        """Sample the rows with a temperature; the greedy rows keep ``greedy_choice``."""
+        greedy = self.temperature == 0
+        scaled = logits / torch.where(greedy, 1.0, self.temperature).unsqueeze(-1)
+        probs = torch.softmax(scaled, dim=-1)
+        if self._nucleus:
+            probs = _top_p(probs, self.top_p)
+        # The exponential race: argmax(p / E), E ~ Exp(1), draws from p (as vLLM samples).
+        noise = torch.empty_like(probs)
+        if self._unseeded:
+            noise.exponential_(generator=self.rng)
+        for row, generator in enumerate(self.generators):
+            if generator is not None:
+                noise[row].exponential_(generator=generator)
+        sampled = (probs / noise.clamp_(min=torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
+        return torch.where(greedy, greedy_choice, sampled)
 
 
 class StopCheck:
@@ -185,8 +221,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 def _top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Zero the tail of each row beyond its nucleus (the first token always stays)."""
-    if bool((top_p >= 1).all()):
-        return probs
     ordered, order = probs.sort(dim=-1, descending=True)
     outside = ordered.cumsum(dim=-1) - ordered > top_p.unsqueeze(-1)
     return torch.zeros_like(probs).scatter_(-1, order, ordered.masked_fill(outside, 0.0))
