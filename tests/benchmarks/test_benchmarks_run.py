@@ -28,6 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
             ["--quick", "--backends", "memory,sqlite,http,postgresql-3"],
             "import agl (median",
         ),
+        (
+            "store_single.py",
+            ["--rounds", "1", "--rollouts", "32", "--bare"],
+            "median of 1 rounds (32 rollouts each)",
+        ),
         ("capture.py", ["--calls", "80", "--seconds", "1", "--connections", "8"], "gateway"),
         ("wires.py", ["--calls", "10"], "recorded calls by wire"),
         (
@@ -87,6 +92,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
     ],
     ids=[
         "store",
+        "store_single",
         "capture",
         "wires",
         "runner-http",
